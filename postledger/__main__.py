@@ -1,0 +1,3 @@
+from postledger.cli import app
+
+app(prog_name="postledger")

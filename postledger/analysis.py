@@ -1,0 +1,99 @@
+"""The analysis the AI returns for each post, and the check of a batch's raw output.
+
+Output is saved *before* it is checked (R4), so this is a pure function over saved text: it can
+run again after a crash with the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = "1"
+
+
+class Category(StrEnum):
+    QUESTION = "question"
+    COMPLAINT = "complaint"
+    PRAISE = "praise"
+    SUGGESTION = "suggestion"
+    NEWS = "news"
+    OTHER = "other"
+
+
+class Sentiment(StrEnum):
+    POSITIVE = "positive"
+    NEUTRAL = "neutral"
+    NEGATIVE = "negative"
+
+
+class Analysis(BaseModel):
+    """One post's result, as the ledger keeps it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str = Field(min_length=1)
+    category: Category
+    sentiment: Sentiment
+    summary: str = Field(min_length=1, max_length=1000)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """What a batch's raw output holds: usable results, and why the rest is not usable."""
+
+    valid: dict[str, Analysis] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)  # post id -> reason
+    unusable: str | None = None  # the whole output is unusable, and why
+
+
+def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
+    """Split `raw` into one verdict per post of the batch; never raises on bad output."""
+    try:
+        items = json.loads(raw)
+    except (json.JSONDecodeError, TypeError) as exc:
+        return OutputCheck(unusable=f"the output is not JSON ({exc})")
+    if isinstance(items, dict) and isinstance(items.get("results"), list):
+        items = items["results"]  # some models wrap the list; the content is the same
+    if not isinstance(items, list):
+        return OutputCheck(unusable=f"the output is a JSON {type(items).__name__}, not a list")
+
+    expected = set(post_ids)
+    ids = [_item_id(item) for item in items]
+    counts = Counter(i for i in ids if i is not None)
+    if not any(i in expected for i in ids):
+        return OutputCheck(unusable="no item of the output names a post of the batch")
+
+    valid: dict[str, Analysis] = {}
+    invalid: dict[str, str] = {}
+    for item, item_id in zip(items, ids, strict=True):
+        if item_id is None or item_id not in expected:
+            continue  # stray items say nothing about our posts
+        if counts[item_id] > 1:
+            invalid[item_id] = f"the output has {counts[item_id]} items for this post"
+            continue
+        try:
+            valid[item_id] = Analysis.model_validate(item)
+        except ValidationError as exc:
+            invalid[item_id] = "invalid item: " + _first_error(exc)
+    for post_id in post_ids:
+        if post_id not in valid and post_id not in invalid:
+            invalid[post_id] = "the output has no item for this post"
+    return OutputCheck(valid=valid, invalid=invalid)
+
+
+def _item_id(item: Any) -> str | None:
+    value = item.get("id") if isinstance(item, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "item"
+    return f"{where}: {error['msg']}"

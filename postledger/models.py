@@ -1,0 +1,155 @@
+"""Ledger tables and the enums they use.
+
+The ledger is the single source of truth: every decision (retry, wait, resume, ask) is made from
+these records, never from memory. Statuses are changed only by `postledger.states`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint
+from sqlalchemy.types import DateTime, TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC, always returns timezone-aware UTC (SQLite keeps no zone of its own)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the ledger: use timezone-aware UTC")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _when(nullable: bool = False) -> Any:
+    return Column(UTCDateTime(), nullable=nullable)
+
+
+class PostStatus(StrEnum):
+    """The seven states of a post (SPEC R1)."""
+
+    PENDING = "pending"  # known, not yet scheduled
+    QUEUED = "queued"  # in a batch waiting for a slot
+    WAITING = "waiting"  # not before `not_before` (e.g. after a rate limit)
+    RUNNING = "running"  # marked locally before the paid call; upstream may not have it (R6)
+    RECEIVED = "received"  # raw output saved, not yet validated
+    COMPLETED = "completed"  # validated and saved: the only state that counts as done (R29)
+    FAILED = "failed"  # ended, with a kind and a reason
+
+
+class BatchStatus(StrEnum):
+    QUEUED = "queued"  # planned, never sent
+    RUNNING = "running"  # marked before the paid call; may or may not exist upstream
+    RECEIVED = "received"  # raw output saved
+    COMPLETED = "completed"  # output checked; each post completed or failed with a reason
+    FAILED = "failed"  # ended without usable output
+    CANCELLED = "cancelled"  # planned, never sent (so never paid); its posts were planned again
+
+
+class FailureKind(StrEnum):
+    TOO_LONG = "too_long"  # a single post longer than max_batch_chars: never sent
+    INVALID_ITEM = "invalid_item"  # the model's item for this post failed validation
+    MISSING_ITEM = "missing_item"  # the output had no item for this post
+    BATCH_INVALID = "batch_invalid"  # the whole output was unusable
+    UPSTREAM_FAILED = "upstream_failed"  # the upstream task ended `failed`
+    TASK_UNKNOWN = "task_unknown"  # the upstream no longer knows the saved task id
+    TRANSPORT = "transport"  # request retries exhausted
+    RATE_LIMITED = "rate_limited"
+    AUTH = "auth"  # credentials rejected
+    QUOTA = "quota"  # out of balance
+    PERMISSION = "permission"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+
+
+class EntityKind(StrEnum):
+    POST = "post"
+    BATCH = "batch"
+
+
+class PostRecord(SQLModel, table=True):
+    """One post of one month: its state, attempts, result and failure."""
+
+    __tablename__ = "posts"
+
+    month: str = Field(primary_key=True, max_length=7)
+    post_id: str = Field(primary_key=True)
+    # Position in the input file: planning follows it so that batches are deterministic.
+    position: int
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    fingerprint: str = Field(max_length=64)
+    status: PostStatus = Field(default=PostStatus.PENDING, index=True)
+    # Business attempts only (R16): one per paid submission that contained this post.
+    attempts: int = 0
+    batch_id: str | None = Field(default=None, index=True)
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    failure_kind: FailureKind | None = None
+    failure_reason: str | None = Field(default=None, sa_column=Column(Text))
+    not_before: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class BatchRecord(SQLModel, table=True):
+    """One paid submission: which posts, which upstream task, what came back."""
+
+    __tablename__ = "batches"
+
+    batch_id: str = Field(primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    seq: int  # 1, 2, … within the month: start order (R9)
+    post_ids: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    status: BatchStatus = Field(default=BatchStatus.QUEUED, index=True)
+    # Sent with the create call so that an upstream that honours it never charges twice.
+    idempotency_key: str
+    upstream_task_id: str | None = None
+    raw_output: str | None = Field(default=None, sa_column=Column(Text))
+    usage: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Request-layer retries (R16): counted here, never as business attempts.
+    request_retries: int = 0
+    failure_kind: FailureKind | None = None
+    failure_reason: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    started_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    finished_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class EventRecord(SQLModel, table=True):
+    """Append-only history: every status change, with from, to, why and when.
+
+    `seq` numbers a month's events 1, 2, 3, … with no gap: it is computed as max + 1 under the
+    month's write lock, so two writers that were not serialized would collide on the unique key.
+    """
+
+    __tablename__ = "events"
+    __table_args__ = (
+        UniqueConstraint("month", "seq", name="uq_events_month_seq"),
+        Index("ix_events_entity", "entity", "entity_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(max_length=7)
+    seq: int
+    entity: EntityKind
+    entity_id: str
+    from_status: str | None = None
+    to_status: str
+    why: str = Field(sa_column=Column(Text, nullable=False))
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())

@@ -1,0 +1,94 @@
+"""`postledger run`: the monthly flow in this process, with the simulator when no upstream is
+configured, a live progress bar fed from the ledger, and a summary at the end."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from postledger.ledger import Ledger
+from postledger.posts import InputError, default_posts_path, load_posts
+from postledger.progress import status_of, status_table
+from postledger.settings import Settings
+from postledger.sim.server import simulator_process
+
+
+def run_month(month: str, posts_path: Path | None, *, sim_latency: float, console: Console) -> int:
+    """Returns the exit code: 0 when every post ended (completed or failed), 1 otherwise."""
+    settings = Settings()
+    path = posts_path or default_posts_path(settings.data_dir, month)
+    try:
+        total = len(load_posts(path))  # fail fast, before Prefect starts, with the same message
+    except InputError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+
+    simulator: AbstractContextManager[str | None] = nullcontext(settings.upstream_url)
+    if not settings.upstream_url:
+        console.print(
+            "[yellow]No upstream configured (POSTLEDGER_UPSTREAM_URL): using the bundled "
+            "simulator. No real AI is called and nothing is paid.[/]"
+        )
+        simulator = simulator_process(latency=sim_latency)
+    with simulator as url:
+        os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
+        ledger = Ledger(settings.resolved_database_url())
+        with _progress_bar(ledger, month, total, console):
+            from flows.monthly import monthly_posts
+
+            try:
+                monthly_posts(month=month, posts_path=str(path))
+            except InputError as exc:
+                console.print(f"[red]error:[/] {exc}")
+                return 2
+    report = status_of(ledger, month)
+    ledger.close()
+    if report is None:
+        return 1
+    console.print(status_table(report))
+    return 0 if report["unfinished"] == 0 else 1
+
+
+@contextmanager
+def _progress_bar(ledger: Ledger, month: str, total: int, console: Console) -> Iterator[None]:
+    stop = threading.Event()
+    progress = Progress(
+        TextColumn(f"[bold]{month}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    bar = progress.add_task("posts", total=total, detail="starting Prefect…")
+
+    def refresh() -> None:
+        while not stop.wait(0.5):
+            report = status_of(ledger, month)
+            if report is None:
+                continue
+            progress.update(
+                bar,
+                completed=report["completed"] + report["failed"],
+                detail=f"{report['completed']} completed, {report['failed']} failed, "
+                f"{report['counts']['running']} running",
+            )
+
+    watcher = threading.Thread(target=refresh, name="postledger-progress", daemon=True)
+    with progress:
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+            report = status_of(ledger, month)
+            if report is not None:
+                progress.update(bar, completed=report["completed"] + report["failed"], detail="")

@@ -1,0 +1,71 @@
+"""All settings in one pydantic-settings model, read from `POSTLEDGER_*` variables.
+
+Blocks (a later issue) fill the same model, so the core never asks where a value came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PROMPT = (
+    "For each post, return one JSON object with its id, a category (one of: question, "
+    "complaint, praise, suggestion, news, other), a sentiment (positive, neutral, negative) "
+    "and a one-sentence summary. Answer with a JSON list only."
+)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="POSTLEDGER_", extra="ignore")
+
+    # --- ledger ---
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the ledger; default: SQLite at .postledger/ledger.db",
+    )
+    data_dir: Path = Field(default=Path("data/posts"), description="where YYYY-MM.jsonl live")
+
+    # --- upstream (the paid AI service) ---
+    upstream_url: str | None = Field(
+        default=None,
+        description="base URL of the task API; unset: `postledger run` starts the simulator",
+    )
+    api_key: SecretStr | None = Field(default=None, description="sent as Authorization: Bearer")
+    model: str = "sim-analyst-1"
+    prompt: str = DEFAULT_PROMPT
+    upstream_idempotent: bool = Field(
+        default=True,
+        description="the upstream honours Idempotency-Key, so a create may be retried safely",
+    )
+    connect_timeout: float = Field(default=5.0, gt=0)
+    read_timeout: float = Field(default=30.0, gt=0)
+    poll_interval: float = Field(default=0.5, gt=0, description="seconds between polls")
+    poll_wait: float = Field(
+        default=10.0,
+        ge=0,
+        description="long-poll: ask the upstream to hold a poll this long until the task ends",
+    )
+    task_deadline: float = Field(
+        default=3600.0, gt=0, description="give up waiting for one upstream task after this"
+    )
+
+    # --- batches (R7, R8) ---
+    max_batch_posts: int = Field(default=25, ge=1)
+    # ~20 000 characters is 5 000–7 000 tokens of input: it leaves room for the instructions and
+    # for 25 structured answers inside an 8k–16k context window, the smallest in common use.
+    max_batch_chars: int = Field(default=20_000, ge=1)
+    max_in_flight: int = Field(default=2, ge=1, description="batches running at once (R8)")
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _strip_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value
+
+    def resolved_database_url(self, workdir: Path | None = None) -> str:
+        if self.database_url:
+            return self.database_url
+        folder = (workdir or Path.cwd()) / ".postledger"
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{folder / 'ledger.db'}"

@@ -1,0 +1,103 @@
+"""Running the simulator: in the foreground (`postledger sim serve`) or as a child process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import uvicorn
+
+from postledger.sim.app import create_app
+from postledger.sim.upstream import Upstream
+
+READY_PREFIX = "postledger simulator listening on "
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    latency: float = 1.0,
+    seed: int = 0,
+    api_key: str | None = None,
+    create_delay: float = 0.0,
+) -> None:
+    """Serve until interrupted; prints one line with the URL once the port is bound."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound_host, bound_port = sock.getsockname()[:2]
+    app = create_app(
+        Upstream(latency=latency, seed=seed), api_key=api_key, create_delay=create_delay
+    )
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextmanager
+def simulator_process(
+    *,
+    latency: float = 1.0,
+    seed: int = 0,
+    api_key: str | None = None,
+    create_delay: float = 0.0,
+    startup_timeout: float = 30,
+) -> Iterator[str]:
+    """Start `postledger sim serve` on a free loopback port; yields its base URL."""
+    args = [
+        sys.executable,
+        "-m",
+        "postledger",
+        "sim",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--latency",
+        str(latency),
+        "--seed",
+        str(seed),
+        "--create-delay",
+        str(create_delay),
+    ]
+    env = dict(os.environ)
+    if api_key is not None:
+        env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        url = _wait_ready(process, startup_timeout)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith(READY_PREFIX):
+        process.kill()
+        raise RuntimeError(f"the simulator did not start (it said {line!r})")
+    url = line[len(READY_PREFIX) :].strip()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(f"{url}/_sim/stats", timeout=2).raise_for_status()
+            return url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError(f"the simulator at {url} did not answer") from None
+            time.sleep(0.05)

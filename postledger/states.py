@@ -1,0 +1,149 @@
+"""The state machine of posts and batches: the only place where a status changes.
+
+Each transition is checked against a table, stamped, and written to the append-only event log
+with from, to, why and when. An illegal transition raises `IllegalTransition` before anything
+is changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import func
+from sqlmodel import Session, select
+
+from postledger.models import (
+    BatchRecord,
+    BatchStatus,
+    EntityKind,
+    EventRecord,
+    FailureKind,
+    PostRecord,
+    PostStatus,
+    utcnow,
+)
+
+P = PostStatus
+B = BatchStatus
+
+# Any post whose input changed (R25) starts over as pending, whatever it was.
+_RESTART = {P.PENDING}
+
+POST_TRANSITIONS: Mapping[PostStatus, frozenset[PostStatus]] = {
+    P.PENDING: frozenset({P.QUEUED, P.FAILED}),
+    P.QUEUED: frozenset({P.RUNNING, P.PENDING}),
+    P.WAITING: frozenset({P.QUEUED, P.PENDING, P.FAILED}),
+    P.RUNNING: frozenset({P.RECEIVED, P.WAITING, P.QUEUED, P.FAILED} | _RESTART),
+    P.RECEIVED: frozenset({P.COMPLETED, P.QUEUED, P.FAILED} | _RESTART),
+    P.COMPLETED: frozenset(_RESTART),
+    P.FAILED: frozenset({P.QUEUED} | _RESTART),
+}
+
+BATCH_TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
+    B.QUEUED: frozenset({B.RUNNING, B.CANCELLED}),
+    B.RUNNING: frozenset({B.RECEIVED, B.FAILED}),
+    B.RECEIVED: frozenset({B.COMPLETED, B.FAILED}),
+    B.COMPLETED: frozenset(),
+    B.FAILED: frozenset(),
+    B.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A status change that the state machine does not allow; nothing was changed."""
+
+    def __init__(self, entity: EntityKind, entity_id: str, current: str, target: str) -> None:
+        super().__init__(
+            f"{entity.value} {entity_id!r}: {current} -> {target} is not allowed "
+            f"(this is a bug in postledger: the ledger was left as it was)"
+        )
+        self.current = current
+        self.target = target
+
+
+def post_can_move(current: PostStatus, target: PostStatus) -> bool:
+    return target in POST_TRANSITIONS[current]
+
+
+def batch_can_move(current: BatchStatus, target: BatchStatus) -> bool:
+    return target in BATCH_TRANSITIONS[current]
+
+
+class Transitions:
+    """Status changes for one month, inside one write transaction that holds the month's lock."""
+
+    def __init__(self, session: Session, month: str) -> None:
+        self._session = session
+        self._month = month
+        self._next_seq: int | None = None
+
+    def post(
+        self,
+        post: PostRecord,
+        target: PostStatus,
+        why: str,
+        *,
+        failure: FailureKind | None = None,
+    ) -> None:
+        """Move `post` to `target`; `failure` is required exactly when `target` is failed."""
+        if not post_can_move(post.status, target):
+            raise IllegalTransition(EntityKind.POST, post.post_id, post.status, target)
+        if (target is P.FAILED) != (failure is not None):
+            raise ValueError("a failed post needs a failure kind, and only a failed post has one")
+        self._log(EntityKind.POST, post.post_id, post.status, target, why)
+        post.status = target
+        post.failure_kind = failure
+        post.failure_reason = why if failure is not None else None
+        if target is not P.WAITING:
+            post.not_before = None
+        post.updated_at = utcnow()
+        self._session.add(post)
+
+    def batch(
+        self,
+        batch: BatchRecord,
+        target: BatchStatus,
+        why: str,
+        *,
+        failure: FailureKind | None = None,
+    ) -> None:
+        if not batch_can_move(batch.status, target):
+            raise IllegalTransition(EntityKind.BATCH, batch.batch_id, batch.status, target)
+        if (target is B.FAILED) != (failure is not None):
+            raise ValueError("a failed batch needs a failure kind, and only a failed batch has one")
+        self._log(EntityKind.BATCH, batch.batch_id, batch.status, target, why)
+        now = utcnow()
+        batch.status = target
+        batch.failure_kind = failure
+        batch.failure_reason = why if failure is not None else None
+        if target is B.RUNNING:
+            batch.started_at = now
+        if target in (B.COMPLETED, B.FAILED, B.CANCELLED):
+            batch.finished_at = now
+        batch.updated_at = now
+        self._session.add(batch)
+
+    def created(self, entity: EntityKind, entity_id: str, status: str, why: str) -> None:
+        """Log the birth of a record: its first status has no `from`."""
+        self._log(entity, entity_id, None, status, why)
+
+    def _log(
+        self, entity: EntityKind, entity_id: str, current: str | None, target: str, why: str
+    ) -> None:
+        if self._next_seq is None:
+            last = self._session.exec(
+                select(func.max(EventRecord.seq)).where(EventRecord.month == self._month)
+            ).one()
+            self._next_seq = (last or 0) + 1
+        self._session.add(
+            EventRecord(
+                month=self._month,
+                seq=self._next_seq,
+                entity=entity,
+                entity_id=entity_id,
+                from_status=current,
+                to_status=target,
+                why=why,
+            )
+        )
+        self._next_seq += 1

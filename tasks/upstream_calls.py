@@ -1,0 +1,105 @@
+"""The request layer (R10, R16): one HTTP call per task, retried by Prefect for transport
+faults only. Business retries (new attempts, bisection, waiting) live in the ledger, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import TaskRun
+from prefect.runtime import task_run as current_task_run
+from prefect.states import State
+from prefect.tasks import exponential_backoff
+
+from postledger.ledger import Ledger, open_ledger
+from postledger.settings import Settings
+from postledger.upstream import TaskApiClient, TaskSnapshot, Timeouts, TransportError
+
+REQUEST_RETRIES = 3
+
+
+class AmbiguousCreate(Exception):
+    """The create request may have reached the upstream and no answer came back, and the
+    upstream does not honour idempotency keys: retrying could pay twice, so it is not retried."""
+
+
+def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """Retry only transport faults; every other error is for the business layer to judge."""
+    return isinstance(state.result(raise_on_failure=False), TransportError)
+
+
+def client_for(settings: Settings) -> TaskApiClient:
+    if not settings.upstream_url:
+        raise RuntimeError("no upstream configured: set POSTLEDGER_UPSTREAM_URL")
+    return TaskApiClient(
+        settings.upstream_url,
+        api_key=settings.api_key,
+        timeouts=Timeouts(connect=settings.connect_timeout, read=settings.read_timeout),
+    )
+
+
+def _count_retry(ledger: Ledger, batch_id: str) -> None:
+    if current_task_run.run_count > 1:
+        ledger.count_request_retry(batch_id)
+
+
+@task(
+    name="create-upstream-task",
+    task_run_name="create {batch_id}",
+    retries=REQUEST_RETRIES,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=retry_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+async def create_upstream_task(
+    batch_id: str,
+    posts: Sequence[tuple[str, str]],
+    idempotency_key: str,
+    ledger_url: str,
+) -> str:
+    """Create (and pay for) the upstream task of a batch; the id is saved before returning."""
+    settings = Settings()
+    ledger = open_ledger(ledger_url)
+    _count_retry(ledger, batch_id)
+    async with client_for(settings) as client:
+        try:
+            task_id = await client.create_task(
+                model=settings.model,
+                prompt=settings.prompt,
+                posts=posts,
+                idempotency_key=idempotency_key,
+            )
+        except TransportError as exc:
+            if exc.maybe_sent and not settings.upstream_idempotent:
+                raise AmbiguousCreate(str(exc)) from None
+            raise
+    ledger.record_task_id(batch_id, task_id)
+    return task_id
+
+
+@task(
+    name="wait-for-upstream-task",
+    task_run_name="wait {batch_id}",
+    retries=REQUEST_RETRIES,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=retry_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -> TaskSnapshot:
+    """Poll the upstream task until it ends; polling never pays, so it is always safe to retry."""
+    settings = Settings()
+    _count_retry(open_ledger(ledger_url), batch_id)
+    async with client_for(settings) as client:
+        return await client.wait_for_task(
+            task_id,
+            poll_interval=settings.poll_interval,
+            poll_wait=settings.poll_wait,
+            deadline=settings.task_deadline,
+        )

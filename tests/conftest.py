@@ -1,0 +1,141 @@
+"""Shared fixtures: a session-wide Prefect test harness, a real simulator per test over
+loopback HTTP, and a real SQLite ledger file per test.
+
+The environment is fixed before Prefect is imported, so nothing reaches the network or the
+home folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+_PREFECT_HOME = tempfile.mkdtemp(prefix="postledger-prefect-home-")
+os.environ.update(
+    {
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_HOME": _PREFECT_HOME,
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+)
+for _name in list(os.environ):
+    if _name.startswith("POSTLEDGER_") or _name == "PREFECT_API_URL":
+        del os.environ[_name]
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import httpx  # noqa: E402
+import pytest  # noqa: E402
+
+from postledger.ledger import Ledger, open_ledger  # noqa: E402
+from postledger.sim.server import simulator_process  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield
+
+
+@pytest.fixture
+def ledger_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    monkeypatch.setenv("POSTLEDGER_DATABASE_URL", url)
+    return url
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Ledger:
+    return open_ledger(ledger_url)
+
+
+class Sim:
+    """A running simulator and its evidence endpoints."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def charges(self) -> list[dict[str, Any]]:
+        charges: list[dict[str, Any]] = httpx.get(f"{self.url}/_sim/charges").json()["charges"]
+        return charges
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self.url}/_sim/stats").json()
+        return stats
+
+
+def start_sim(monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[Sim]:
+    with simulator_process(**options) as url:
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", url)
+        yield Sim(url)
+
+
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
+    yield from start_sim(monkeypatch, latency=0.2)
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+# --- PostgreSQL: the ledger's other backend ------------------------------------------------
+
+PG_ADMIN_URL = os.environ.get(
+    "POSTLEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The admin URL of the local PostgreSQL; skipped where there is none (CI must have one)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL} ({type(exc).__name__})")
+    finally:
+        engine.dispose()
+    return PG_ADMIN_URL
+
+
+@pytest.fixture
+def pg_ledger_url(pg_server: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"postledger_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(pg_server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    url: str = request.getfixturevalue("pg_ledger_url")
+    return url

@@ -1,0 +1,122 @@
+"""The transition table: every legal move is logged, every illegal one raises and changes
+nothing."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from sqlmodel import Session, select
+
+from postledger.ledger import Ledger
+from postledger.models import (
+    BatchRecord,
+    BatchStatus,
+    EventRecord,
+    FailureKind,
+    PostRecord,
+    PostStatus,
+)
+from postledger.states import (
+    BATCH_TRANSITIONS,
+    POST_TRANSITIONS,
+    IllegalTransition,
+    Transitions,
+)
+
+POST_PAIRS = list(itertools.product(PostStatus, PostStatus))
+BATCH_PAIRS = list(itertools.product(BatchStatus, BatchStatus))
+
+
+def _failure(target: object) -> FailureKind | None:
+    return FailureKind.TRANSPORT if target in (PostStatus.FAILED, BatchStatus.FAILED) else None
+
+
+@pytest.mark.parametrize(
+    ("current", "target"), POST_PAIRS, ids=[f"{a}->{b}" for a, b in POST_PAIRS]
+)
+def test_post_transition(ledger: Ledger, current: PostStatus, target: PostStatus) -> None:
+    with Session(ledger.engine) as session:
+        post = PostRecord(
+            month="2026-10", post_id="p1", position=0, text="t", fingerprint="f", status=current
+        )
+        session.add(post)
+        session.commit()
+        moves = Transitions(session, "2026-10")
+        if target in POST_TRANSITIONS[current]:
+            moves.post(post, target, "test", failure=_failure(target))
+            session.commit()
+            assert session.get(PostRecord, ("2026-10", "p1")).status is target  # type: ignore[union-attr]
+            event = session.exec(select(EventRecord)).one()
+            assert (event.from_status, event.to_status, event.why) == (current, target, "test")
+        else:
+            with pytest.raises(IllegalTransition):
+                moves.post(post, target, "test", failure=_failure(target))
+            assert post.status is current
+            assert session.exec(select(EventRecord)).all() == []
+
+
+@pytest.mark.parametrize(
+    ("current", "target"), BATCH_PAIRS, ids=[f"{a}->{b}" for a, b in BATCH_PAIRS]
+)
+def test_batch_transition(ledger: Ledger, current: BatchStatus, target: BatchStatus) -> None:
+    with Session(ledger.engine) as session:
+        batch = BatchRecord(
+            batch_id="2026-10-b0001",
+            month="2026-10",
+            seq=1,
+            post_ids=["p1"],
+            idempotency_key="k",
+            status=current,
+        )
+        session.add(batch)
+        session.commit()
+        moves = Transitions(session, "2026-10")
+        if target in BATCH_TRANSITIONS[current]:
+            moves.batch(batch, target, "test", failure=_failure(target))
+            assert batch.status is target
+        else:
+            with pytest.raises(IllegalTransition):
+                moves.batch(batch, target, "test", failure=_failure(target))
+            assert batch.status is current
+            assert session.exec(select(EventRecord)).all() == []
+
+
+def test_terminal_states_only_restart() -> None:
+    assert POST_TRANSITIONS[PostStatus.COMPLETED] == {PostStatus.PENDING}
+    assert BATCH_TRANSITIONS[BatchStatus.COMPLETED] == frozenset()
+    assert BATCH_TRANSITIONS[BatchStatus.CANCELLED] == frozenset()
+
+
+def test_failed_needs_a_kind_and_only_failed_has_one(ledger: Ledger) -> None:
+    with Session(ledger.engine) as session:
+        post = PostRecord(
+            month="2026-10",
+            post_id="p1",
+            position=0,
+            text="t",
+            fingerprint="f",
+            status=PostStatus.RUNNING,
+        )
+        moves = Transitions(session, "2026-10")
+        with pytest.raises(ValueError, match="failure kind"):
+            moves.post(post, PostStatus.FAILED, "no kind")
+        with pytest.raises(ValueError, match="failure kind"):
+            moves.post(post, PostStatus.RECEIVED, "kind", failure=FailureKind.TRANSPORT)
+        assert post.status is PostStatus.RUNNING
+
+
+def test_only_the_state_machine_assigns_a_status() -> None:
+    """'Nobody else flips a status': no module but states.py assigns `.status`."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = [
+        str(path.relative_to(root))
+        for folder in ("postledger", "flows", "tasks", "blocks")
+        for path in (root / folder).rglob("*.py")
+        if path.name != "states.py"
+        and re.search(r"\.status\s*=[^=]", path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
