@@ -1,0 +1,79 @@
+"""Throughput of the embedded default: B batches at simulator latency L.
+
+Runs the real monthly flow (Prefect's local mode, a SQLite ledger, the simulator over loopback)
+and compares the time from the first batch's start to the last batch's end, as the ledger
+recorded them, with the ideal ceil(B / 2) · L of two batches always in flight.
+
+    uv run python bench/throughput.py --batches 40 --latency 1 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--latency", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=1, help="runs (months) to measure")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="postledger-bench-"))
+    os.environ.update(
+        {
+            "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_HOME": str(work / "prefect-home"),
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            "POSTLEDGER_DATABASE_URL": f"sqlite:///{work / 'ledger.db'}",
+        }
+    )
+    from flows.monthly import monthly_posts
+    from postledger.ledger import open_ledger
+    from postledger.sim.server import simulator_process
+
+    ideal = math.ceil(args.batches / 2) * args.latency
+    rows = []
+    with simulator_process(latency=args.latency) as url:
+        os.environ["POSTLEDGER_UPSTREAM_URL"] = url
+        for run in range(args.repeat):
+            month = f"2030-{run + 1:02d}"
+            path = work / f"{month}.jsonl"
+            path.write_text(
+                "".join(
+                    json.dumps({"id": f"b{i:05d}", "text": f"Post number {i}: is it fast?"}) + "\n"
+                    for i in range(args.batches * 25)
+                ),
+                encoding="utf-8",
+            )
+            started = time.monotonic()
+            summary = monthly_posts(month=month, posts_path=str(path))
+            total = time.monotonic() - started
+            assert summary["counts"]["completed"] == args.batches * 25, summary
+            batches = open_ledger(os.environ["POSTLEDGER_DATABASE_URL"]).batches(month)
+            first = min(b.started_at for b in batches if b.started_at)
+            last = max(b.finished_at for b in batches if b.finished_at)
+            wall = (last - first).total_seconds()
+            rows.append((wall, total))
+            print(
+                f"run {run + 1}: batches {wall:6.2f} s (ideal {ideal:.2f} s, utilization "
+                f"{ideal / wall:6.1%}); whole flow incl. Prefect start-up {total:6.2f} s",
+                flush=True,
+            )
+    median = statistics.median(w for w, _ in rows)
+    print(f"median utilization over {len(rows)} runs: {ideal / median:.1%} "
+          f"(B={args.batches}, L={args.latency:g} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The `postledger` command as a person types it, in a fresh folder, as a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, write_jsonl
+
+SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
+
+
+def postledger(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect-home"), "COLUMNS": "200"}
+    env = {k: v for k, v in env.items() if not k.startswith("POSTLEDGER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "postledger", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_help_explains_every_command(tmp_path: Path) -> None:
+    result = postledger("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for command in ("run", "status", "setup", "sample", "sim"):
+        assert command in result.stdout
+
+
+def test_sample_is_deterministic_and_is_the_shipped_month(tmp_path: Path) -> None:
+    out = tmp_path / "again.jsonl"
+    result = postledger(
+        "sample", "--month", "2026-10", "--count", "300", "--seed", "7", "--out", str(out),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
+    """The README's main command: the bundled simulator, the default ledger location."""
+    (tmp_path / "data" / "posts").mkdir(parents=True)
+    shutil.copy(SAMPLE, tmp_path / "data" / "posts" / "2026-10.jsonl")
+
+    run = postledger("run", "--month", "2026-10", "--latency", "0.1", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "bundled simulator" in run.stdout and "nothing is paid" in run.stdout
+    assert (tmp_path / ".postledger" / "ledger.db").is_file()
+
+    status = postledger("status", "--month", "2026-10", "--json", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["month"] == "2026-10"
+    assert report["counts"]["completed"] == 300
+    assert report["unfinished"] == 0
+
+    table = postledger("status", "--month", "2026-10", cwd=tmp_path)
+    assert "completed" in table.stdout and "300" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "--month", "2026-13"], "is not a month"),
+        (["status", "--month", "10-2026"], "YYYY-MM"),
+        (["run", "--month", "2026-10"], "no such file"),
+    ],
+)
+def test_bad_input_is_a_clear_error_not_a_traceback(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    result = postledger(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert expected in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / ".postledger" / "ledger.db").exists()
+
+
+def test_bad_file_names_file_and_line(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "data" / "posts" / "2026-10.jsonl", ['{"id": "a", "text": "x"}', "{"])
+    result = postledger("run", "--month", "2026-10", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "2026-10.jsonl:2: malformed JSON" in result.stdout
+    assert not (tmp_path / ".postledger" / "ledger.db").exists()
+
+
+def test_status_of_an_unknown_month(tmp_path: Path) -> None:
+    result = postledger("status", "--month", "2026-10", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "knows nothing of 2026-10" in result.stderr
