@@ -70,8 +70,10 @@ def main() -> int:
                 flush=True,
             )
     median = statistics.median(w for w, _ in rows)
-    print(f"median utilization over {len(rows)} runs: {ideal / median:.1%} "
-          f"(B={args.batches}, L={args.latency:g} s)")
+    print(
+        f"median utilization over {len(rows)} runs: {ideal / median:.1%} "
+        f"(B={args.batches}, L={args.latency:g} s)"
+    )
     return 0
 
 

@@ -1,5 +1,5 @@
 """The monthly flow: read the month's posts, make the ledger know them, plan batches, and run
-them through the batch task, at most `max_in_flight` at once.
+them through the batch task, at most `max_in_flight` at once, until nothing is left to do.
 
 Every decision is made from the ledger, so running this flow again for the same month picks up
 where the last run stopped instead of starting over.
@@ -7,20 +7,27 @@ where the last run stopped instead of starting over.
 
 from __future__ import annotations
 
-from collections import deque
+import threading
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.futures import PrefectFuture, as_completed
+from prefect.futures import PrefectFuture
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.limits import ensure_tag_limit
 from postledger.ledger import Ledger, open_ledger
-from postledger.models import BatchStatus
+from postledger.models import utcnow
 from postledger.posts import default_posts_path, load_posts, parse_month, previous_month
 from postledger.settings import Settings
 from tasks.batch import BatchOutcome, process_batch
+
+# How long the flow sleeps at most between looks at the ledger while posts wait.
+MAX_NAP_SECONDS = 5.0
+
+
+class RunStopped(RuntimeError):
+    """No further batch may start in this run (R14); the message says what to fix."""
 
 
 @flow(
@@ -49,36 +56,63 @@ def monthly_posts(month: str | None = None, posts_path: str | None = None) -> di
         synced.unchanged,
         synced.changed,
     )
-    plan = ledger.plan(
-        month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
-    )
-    if plan.too_long:
-        logger.warning("%d posts are longer than max_batch_chars and were not sent", plan.too_long)
-
     ensure_tag_limit()
-    queued = [b.batch_id for b in ledger.batches(month, BatchStatus.QUEUED)]
-    logger.info("%d batches to run, at most %d at once", len(queued), settings.max_in_flight)
-    run_batches(queued, ledger_url, window=settings.max_in_flight)
-    return month_summary(ledger, month)
+    ledger.replan_unsent(month)
+    stopped = run_until_done(ledger, month, ledger_url, settings)
+    summary = month_summary(ledger, month)
+    if stopped:
+        raise RunStopped(f"{month}: stopped, nothing more was sent. {stopped}")
+    return summary
 
 
-def run_batches(batch_ids: list[str], ledger_url: str, *, window: int) -> list[BatchOutcome]:
-    """Start batches in order (R9), never more than `window` at once, so that no task run sits
-    waiting on the tag limit; take them back in whatever order they finish."""
+def run_until_done(ledger: Ledger, month: str, ledger_url: str, settings: Settings) -> str | None:
+    """Start runnable batches in order (R9), never more than the window at once, so that no
+    task run waits on the tag limit; take them back in whatever order they finish; plan what
+    comes back (retries, halves, posts whose wait is over) until nothing is queued or waiting.
+    Returns why the run had to stop early, if it had to."""
     logger = get_run_logger()
-    waiting = deque(batch_ids)
-    in_flight: set[PrefectFuture[BatchOutcome]] = set()
-    outcomes: list[BatchOutcome] = []
-    while waiting or in_flight:
-        while waiting and len(in_flight) < window:
-            in_flight.add(process_batch.submit(waiting.popleft(), ledger_url))
-        finished = next(as_completed(list(in_flight)))
-        in_flight.remove(finished)
-        try:
-            outcomes.append(finished.result())
-        except Exception as exc:  # R17: one broken batch must not stop the others
-            logger.error("a batch task crashed: %s: %s", type(exc).__name__, exc)
-    return outcomes
+    window = settings.max_in_flight
+    in_flight: dict[str, PrefectFuture[BatchOutcome]] = {}
+    finished = threading.Event()
+    stop: str | None = None
+
+    while True:
+        if stop is None:
+            ledger.release_due(month)
+            plan = ledger.plan(
+                month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
+            )
+            if plan.too_long:
+                logger.warning("%d posts are longer than max_batch_chars: not sent", plan.too_long)
+            for batch in ledger.runnable_batches(month):
+                if len(in_flight) >= window:
+                    break
+                if batch.batch_id not in in_flight:
+                    future = process_batch.submit(batch.batch_id, ledger_url)
+                    future.add_done_callback(lambda _: finished.set())
+                    in_flight[batch.batch_id] = future
+
+        if not in_flight:
+            wake = None if stop else ledger.next_wake(month)
+            if wake is None:
+                return stop
+            finished.wait(min(MAX_NAP_SECONDS, max((wake - utcnow()).total_seconds(), 0.01)))
+            continue
+
+        finished.wait(MAX_NAP_SECONDS)
+        finished.clear()
+        for batch_id, future in list(in_flight.items()):
+            if not future.state.is_final():
+                continue
+            del in_flight[batch_id]
+            try:
+                outcome = future.result()
+            except Exception as exc:  # R17: one broken batch must not stop the others
+                logger.error("batch %s crashed: %s: %s", batch_id, type(exc).__name__, exc)
+                continue
+            if outcome.stop_run and stop is None:
+                stop = outcome.stop_run
+                logger.error("no further batch will start in this run: %s", stop)
 
 
 def month_summary(ledger: Ledger, month: str) -> dict[str, Any]:

@@ -132,10 +132,27 @@ def sim_serve(
     create_delay: Annotated[
         float, typer.Option(help="Hold each create's answer this long after charging it.")
     ] = 0.0,
+    faults: Annotated[
+        str | None,
+        typer.Option(help="Faults to inject, e.g. 'create:http_503@0.05,output:bad_field#3'."),
+    ] = None,
+    scenario: Annotated[
+        Path | None, typer.Option(help="A JSON fault plan: {seed, rules: [...]}.")
+    ] = None,
 ) -> None:
     """Serve the simulated task API until Ctrl-C. POSTLEDGER_SIM_API_KEY, if set, is required
-    as the Bearer token."""
+    as the Bearer token. Faults (see postledger/sim/faults.py) can also be changed at run time
+    with POST /_sim/faults."""
+    from pydantic import ValidationError
+
+    from postledger.sim.faults import load_plan
     from postledger.sim.server import serve
+
+    try:
+        plan = load_plan(faults, scenario, seed)
+    except (ValidationError, ValueError, OSError) as exc:
+        err.print(f"[red]error:[/] bad fault plan: {exc}")
+        raise typer.Exit(2) from None
 
     serve(
         host,
@@ -144,6 +161,7 @@ def sim_serve(
         seed=seed,
         api_key=os.environ.get("POSTLEDGER_SIM_API_KEY"),
         create_delay=create_delay,
+        faults=plan,
     )
 
 
@@ -151,4 +169,3 @@ def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
-

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, func
@@ -21,13 +22,16 @@ from postledger.db import MonthLocks, create_schema, make_engine
 from postledger.models import (
     BatchRecord,
     BatchStatus,
+    Charge,
     EntityKind,
     EventRecord,
     FailureKind,
     PostRecord,
     PostStatus,
+    utcnow,
 )
 from postledger.planning import Sized, plan_batches
+from postledger.policy import Decision
 from postledger.posts import Post, fingerprint
 from postledger.states import Transitions
 
@@ -47,7 +51,14 @@ class SyncReport:
 class PlanReport:
     batches: list[BatchRecord]
     too_long: int
-    replanned: int  # posts taken back from batches that were planned but never sent
+
+
+def batch_id_for(month: str, seq: int) -> str:
+    return f"{month}-b{seq:04d}"
+
+
+def month_of(batch_id: str) -> str:
+    return batch_id.split("-b", 1)[0]
 
 
 _shared: dict[str, Ledger] = {}
@@ -131,30 +142,30 @@ class Ledger:
 
     # --- planning --------------------------------------------------------------------------
 
-    def plan(self, month: str, *, max_posts: int, max_chars: int) -> PlanReport:
-        """Put every `pending` post into a new batch (R7); posts too long to send end `failed`.
-
-        Batches planned earlier but never sent are dissolved first: they cost nothing, and
-        planning again follows the current limits.
-        """
+    def replan_unsent(self, month: str) -> int:
+        """Dissolve batches planned by an earlier run but never sent: they cost nothing, and
+        their posts are planned again under the current limits. Returns the posts freed."""
+        freed = 0
         with self._write(month) as (session, moves):
-            replanned = 0
             for batch in session.exec(
                 select(BatchRecord).where(
-                    BatchRecord.month == month, BatchRecord.status == BatchStatus.QUEUED
+                    BatchRecord.month == month,
+                    BatchRecord.status == BatchStatus.QUEUED,
+                    BatchRecord.sends == 0,
                 )
             ):
                 for post in self._posts_of(session, batch, PostStatus.QUEUED):
                     moves.post(post, PostStatus.PENDING, f"batch {batch.batch_id} re-planned")
                     post.batch_id = None
-                    replanned += 1
+                    freed += 1
                 moves.batch(
-                    batch,
-                    BatchStatus.CANCELLED,
-                    "never sent; its posts were planned again",
+                    batch, BatchStatus.CANCELLED, "never sent; its posts were planned again"
                 )
-            session.flush()
+        return freed
 
+    def plan(self, month: str, *, max_posts: int, max_chars: int) -> PlanReport:
+        """Put every `pending` post into a new batch (R7); posts too long to send end `failed`."""
+        with self._write(month) as (session, moves):
             pending = list(
                 session.exec(
                     select(PostRecord)
@@ -177,38 +188,56 @@ class Ledger:
                     "POSTLEDGER_MAX_BATCH_CHARS",
                     failure=FailureKind.TOO_LONG,
                 )
-            last_seq = session.exec(
-                select(func.max(BatchRecord.seq)).where(BatchRecord.month == month)
-            ).one()
-            batches = []
-            for offset, post_ids in enumerate(plan.batches, start=1):
-                seq = (last_seq or 0) + offset
-                batch = BatchRecord(
-                    batch_id=f"{month}-b{seq:04d}",
-                    month=month,
-                    seq=seq,
-                    post_ids=post_ids,
-                    idempotency_key=f"postledger-{uuid.uuid4()}",
-                )
-                session.add(batch)
-                moves.created(
-                    EntityKind.BATCH,
-                    batch.batch_id,
-                    BatchStatus.QUEUED,
-                    f"planned with {len(post_ids)} posts",
-                )
-                for post_id in post_ids:
-                    by_id[post_id].batch_id = batch.batch_id
-                    moves.post(by_id[post_id], PostStatus.QUEUED, f"planned in {batch.batch_id}")
-                batches.append(batch)
-        return PlanReport(batches=batches, too_long=len(plan.too_long), replanned=replanned)
+            batches = self._new_batches(session, moves, month, plan.batches, by_id)
+        return PlanReport(batches=batches, too_long=len(plan.too_long))
+
+    def _new_batches(
+        self,
+        session: Session,
+        moves: Transitions,
+        month: str,
+        groups: list[list[str]],
+        by_id: dict[str, PostRecord],
+        *,
+        split_from: str | None = None,
+    ) -> list[BatchRecord]:
+        last_seq = session.exec(
+            select(func.max(BatchRecord.seq)).where(BatchRecord.month == month)
+        ).one()
+        batches = []
+        for offset, post_ids in enumerate(groups, start=1):
+            seq = (last_seq or 0) + offset
+            batch = BatchRecord(
+                batch_id=batch_id_for(month, seq),
+                month=month,
+                seq=seq,
+                post_ids=post_ids,
+                idempotency_key=f"postledger-{uuid.uuid4()}",
+                split_from=split_from,
+            )
+            session.add(batch)
+            origin = f", half of {split_from}" if split_from else ""
+            moves.created(
+                EntityKind.BATCH,
+                batch.batch_id,
+                BatchStatus.QUEUED,
+                f"planned with {len(post_ids)} posts{origin}",
+            )
+            for post_id in post_ids:
+                by_id[post_id].batch_id = batch.batch_id
+                moves.post(by_id[post_id], PostStatus.QUEUED, f"planned in {batch.batch_id}")
+            batches.append(batch)
+        return batches
 
     # --- one batch's life ------------------------------------------------------------------
 
     def mark_running(self, batch_id: str) -> tuple[BatchRecord, list[PostRecord]]:
         """Persist the intent to pay before paying (R3): the batch and its posts `running`,
-        each post's business attempt counted. Only after this returns may the AI be called."""
-        month = self._month_of(batch_id)
+        each post's business attempt counted. Only after this returns may the AI be called.
+
+        A batch sent again with its same idempotency key is the same attempt: an upstream
+        that honours keys charges a key once, so the attempt is not counted twice."""
+        month = month_of(batch_id)
         with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
             moves.batch(batch, BatchStatus.RUNNING, "about to call the upstream")
@@ -218,23 +247,35 @@ class Ledger:
                     f"batch {batch_id} lists {len(batch.post_ids)} posts but only "
                     f"{len(posts)} are queued in it: the ledger changed under this run"
                 )
+            first = batch.charge is Charge.NONE
+            batch.sends += 1
+            batch.not_before = None
+            if first:
+                batch.charge = Charge.POSSIBLE
             for post in posts:
-                post.attempts += 1
-                moves.post(post, PostStatus.RUNNING, f"{batch_id} sent, attempt {post.attempts}")
+                post.attempts += 1 if first else 0
+                moves.post(
+                    post,
+                    PostStatus.RUNNING,
+                    f"{batch_id} sent (attempt {post.attempts}"
+                    + ("" if first else f", same key, send {batch.sends}")
+                    + ")",
+                )
         return batch, posts
 
     def record_task_id(self, batch_id: str, task_id: str) -> None:
         """Save the upstream task id the moment it is known: recovery polls it (R23)."""
-        month = self._month_of(batch_id)
+        month = month_of(batch_id)
         with self._write(month) as (session, _):
             batch = self._batch(session, batch_id)
             batch.upstream_task_id = task_id
+            batch.charge = Charge.CONFIRMED
             session.add(batch)
 
     def save_output(self, batch_id: str, raw: str, usage: dict[str, Any] | None) -> None:
         """Persist the raw output before checking it (R4): a crash while validating loses
         nothing, and nobody pays for it again."""
-        month = self._month_of(batch_id)
+        month = month_of(batch_id)
         with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
             batch.raw_output, batch.usage = raw, usage
@@ -242,47 +283,96 @@ class Ledger:
             for post in self._posts_of(session, batch, PostStatus.RUNNING):
                 moves.post(post, PostStatus.RECEIVED, "output saved, not yet validated")
 
-    def finish(self, batch_id: str, check: OutputCheck) -> None:
-        """Save what validated (R13: successes first) and end the rest with their reason."""
-        month = self._month_of(batch_id)
+    def apply(self, batch_id: str, decision: Decision, check: OutputCheck | None = None) -> None:
+        """Carry out a business decision (postledger.policy) in one transaction: successes
+        saved first (R13), the others retried, split, made to wait or ended with a reason."""
+        month = month_of(batch_id)
         with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
-            for post in self._posts_of(session, batch, PostStatus.RECEIVED):
-                analysis = check.valid.get(post.post_id)
-                if analysis is not None:
-                    post.result = analysis.model_dump(mode="json", exclude={"id"})
-                    moves.post(post, PostStatus.COMPLETED, "validated and saved")
-                else:
-                    reason = check.unusable or check.invalid.get(post.post_id, "no result")
-                    kind = FailureKind.BATCH_INVALID if check.unusable else FailureKind.INVALID_ITEM
-                    moves.post(post, PostStatus.FAILED, reason, failure=kind)
-            if check.unusable:
-                moves.batch(
-                    batch, BatchStatus.FAILED, check.unusable, failure=FailureKind.BATCH_INVALID
+            posts = {
+                p.post_id: p
+                for p in self._posts_of(session, batch, PostStatus.RUNNING, PostStatus.RECEIVED)
+            }
+            for move in decision.moves:
+                post = posts.pop(move.post_id)
+                if move.to is PostStatus.COMPLETED:
+                    assert check is not None, "a completed post needs the checked output"
+                    post.result = check.valid[move.post_id].model_dump(mode="json", exclude={"id"})
+                if move.refund:
+                    post.attempts -= 1
+                if move.requeue:
+                    post.requeues += 1
+                if move.to in (PostStatus.PENDING, PostStatus.WAITING):
+                    post.batch_id = None
+                moves.post(post, move.to, move.why, failure=move.kind)
+                post.not_before = move.not_before
+            if decision.halves:
+                halves = [[posts.pop(pid) for pid in half] for half in decision.halves]
+                by_id = {p.post_id: p for half in halves for p in half}
+                self._new_batches(
+                    session, moves, month, decision.halves, by_id, split_from=batch_id
                 )
-            else:
-                moves.batch(
-                    batch,
-                    BatchStatus.COMPLETED,
-                    f"{len(check.valid)} completed, {len(check.invalid)} invalid",
+            if posts:
+                raise LedgerError(
+                    f"the decision for {batch_id} left posts without a move: {sorted(posts)}"
                 )
+            if decision.nothing_charged:
+                batch.charge = Charge.NONE
+            moves.batch(batch, decision.batch_to, decision.why, failure=decision.kind)
+            batch.not_before = decision.batch_not_before
+
+    def release_due(self, month: str, now: datetime | None = None) -> int:
+        """Posts whose wait is over go back to `pending`, to be planned again (R11)."""
+        now = now or utcnow()
+        with self._write(month) as (session, moves):
+            due = [
+                p
+                for p in session.exec(
+                    select(PostRecord).where(
+                        PostRecord.month == month, PostRecord.status == PostStatus.WAITING
+                    )
+                )
+                if p.not_before is None or p.not_before <= now
+            ]
+            for post in due:
+                moves.post(post, PostStatus.PENDING, "wait over")
+        return len(due)
+
+    def retry_failed(self, month: str, kinds: set[FailureKind] | None = None) -> int:
+        """A person's decision: failed posts (of these kinds) are planned again."""
+        with self._write(month) as (session, moves):
+            query = select(PostRecord).where(
+                PostRecord.month == month, PostRecord.status == PostStatus.FAILED
+            )
+            failed = [p for p in session.exec(query) if kinds is None or p.failure_kind in kinds]
+            for post in failed:
+                post.batch_id = None
+                moves.post(post, PostStatus.PENDING, f"retry asked for ({post.failure_kind})")
+        return len(failed)
+
+    def runnable_batches(self, month: str, now: datetime | None = None) -> list[BatchRecord]:
+        """Queued batches that may start now, in start order (R9)."""
+        now = now or utcnow()
+        return [
+            b
+            for b in self.batches(month, BatchStatus.QUEUED)
+            if b.not_before is None or b.not_before <= now
+        ]
+
+    def next_wake(self, month: str) -> datetime | None:
+        """When the earliest waiting post or held-back batch may go; None if nothing waits."""
+        now = utcnow()
+        times = [p.not_before or now for p in self.posts(month, PostStatus.WAITING)]
+        times += [b.not_before or now for b in self.batches(month, BatchStatus.QUEUED)]
+        return min(times) if times else None
 
     def count_request_retry(self, batch_id: str) -> None:
         """One more request-layer retry for this batch (R16: not a business attempt)."""
-        month = self._month_of(batch_id)
+        month = month_of(batch_id)
         with self._write(month) as (session, _):
             batch = self._batch(session, batch_id)
             batch.request_retries += 1
             session.add(batch)
-
-    def fail(self, batch_id: str, kind: FailureKind, reason: str) -> None:
-        """End a batch that produced no usable output, and its unfinished posts with it."""
-        month = self._month_of(batch_id)
-        with self._write(month) as (session, moves):
-            batch = self._batch(session, batch_id)
-            for post in self._posts_of(session, batch, PostStatus.RUNNING, PostStatus.RECEIVED):
-                moves.post(post, PostStatus.FAILED, reason, failure=kind)
-            moves.batch(batch, BatchStatus.FAILED, reason, failure=kind)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -311,6 +401,11 @@ class Ledger:
                 query = query.where(col(BatchRecord.status).in_(statuses))
             return list(session.exec(query.order_by(col(BatchRecord.seq))))
 
+    def posts_of(self, batch_id: str) -> list[PostRecord]:
+        """The posts that are in the batch now, in file order."""
+        with self._read() as session:
+            return self._posts_of(session, self._batch(session, batch_id))
+
     def batch(self, batch_id: str) -> BatchRecord:
         with self._read() as session:
             return self._batch(session, batch_id)
@@ -330,10 +425,6 @@ class Ledger:
             return list(session.exec(select(PostRecord.month).distinct().order_by("month")))
 
     # --- helpers ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _month_of(batch_id: str) -> str:
-        return batch_id.split("-b", 1)[0]
 
     @staticmethod
     def _batch(session: Session, batch_id: str) -> BatchRecord:

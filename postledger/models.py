@@ -63,6 +63,14 @@ class BatchStatus(StrEnum):
     CANCELLED = "cancelled"  # planned, never sent (so never paid); its posts were planned again
 
 
+class Charge(StrEnum):
+    """What a batch's submission may have cost: the ledger's own view, kept honest."""
+
+    NONE = "none"  # never reached the upstream, or refused by it: nothing was charged
+    POSSIBLE = "possible"  # sent, outcome unknown: the upstream may have made (and charged) it
+    CONFIRMED = "confirmed"  # the upstream answered with a task id: it was charged
+
+
 class FailureKind(StrEnum):
     TOO_LONG = "too_long"  # a single post longer than max_batch_chars: never sent
     INVALID_ITEM = "invalid_item"  # the model's item for this post failed validation
@@ -71,6 +79,7 @@ class FailureKind(StrEnum):
     UPSTREAM_FAILED = "upstream_failed"  # the upstream task ended `failed`
     TASK_UNKNOWN = "task_unknown"  # the upstream no longer knows the saved task id
     TRANSPORT = "transport"  # request retries exhausted
+    REJECTED = "rejected"  # the upstream refused the request itself (4xx other than below)
     RATE_LIMITED = "rate_limited"
     AUTH = "auth"  # credentials rejected
     QUOTA = "quota"  # out of balance
@@ -95,8 +104,12 @@ class PostRecord(SQLModel, table=True):
     text: str = Field(sa_column=Column(Text, nullable=False))
     fingerprint: str = Field(max_length=64)
     status: PostStatus = Field(default=PostStatus.PENDING, index=True)
-    # Business attempts only (R16): one per paid submission that contained this post.
+    # Business attempts (R15, R16): submissions that contained this post and may have been
+    # charged. A submission the upstream certainly never took is given back.
     attempts: int = 0
+    # Business retries that cost nothing (a rate limit, a request that never arrived): bounded
+    # too, so that a post cannot bounce forever.
+    requeues: int = 0
     batch_id: str | None = Field(default=None, index=True)
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     failure_kind: FailureKind | None = None
@@ -116,9 +129,14 @@ class BatchRecord(SQLModel, table=True):
     seq: int  # 1, 2, … within the month: start order (R9)
     post_ids: list[str] = Field(sa_column=Column(JSON, nullable=False))
     status: BatchStatus = Field(default=BatchStatus.QUEUED, index=True)
+    # Set on the halves of a batch whose whole output was unusable (R12): they are not split again.
+    split_from: str | None = None
     # Sent with the create call so that an upstream that honours it never charges twice.
     idempotency_key: str
     upstream_task_id: str | None = None
+    sends: int = 0  # how often this batch (this idempotency key) was sent
+    charge: Charge = Charge.NONE
+    not_before: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     raw_output: str | None = Field(default=None, sa_column=Column(Text))
     usage: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     # Request-layer retries (R16): counted here, never as business attempts.

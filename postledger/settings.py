@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from postledger.policy import Limits
+
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
     "complaint, praise, suggestion, news, other), a sentiment (positive, neutral, negative) "
@@ -57,6 +59,24 @@ class Settings(BaseSettings):
     # for 25 structured answers inside an 8k–16k context window, the smallest in common use.
     max_batch_chars: int = Field(default=20_000, ge=1)
     max_in_flight: int = Field(default=2, ge=1, description="batches running at once (R8)")
+
+    # --- retries: two layers, counted apart (R16) ---
+    request_retries: int = Field(default=3, ge=0, description="per HTTP call, transport faults")
+    request_backoff: float = Field(default=1.0, ge=0, description="first retry delay, seconds")
+    max_attempts: int = Field(default=3, ge=1, description="paid attempts per post (R15)")
+    max_requeues: int = Field(default=5, ge=0, description="unpaid bounces per post")
+    rate_limit_wait: float = Field(
+        default=30.0, ge=0, description="wait after a 429 without a usable Retry-After"
+    )
+    rate_limit_max_wait: float = Field(default=600.0, ge=0, description="cap on Retry-After")
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_attempts=self.max_attempts,
+            max_requeues=self.max_requeues,
+            default_wait=self.rate_limit_wait,
+            max_wait=self.rate_limit_max_wait,
+        )
 
     @field_validator("upstream_url")
     @classmethod

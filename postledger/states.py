@@ -41,7 +41,9 @@ POST_TRANSITIONS: Mapping[PostStatus, frozenset[PostStatus]] = {
 
 BATCH_TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
     B.QUEUED: frozenset({B.RUNNING, B.CANCELLED}),
-    B.RUNNING: frozenset({B.RECEIVED, B.FAILED}),
+    # running -> queued: sent again later with the same idempotency key, which an upstream that
+    # honours keys answers with the task it may already have made, at no new charge.
+    B.RUNNING: frozenset({B.RECEIVED, B.FAILED, B.QUEUED}),
     B.RECEIVED: frozenset({B.COMPLETED, B.FAILED}),
     B.COMPLETED: frozenset(),
     B.FAILED: frozenset(),

@@ -12,6 +12,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
 
@@ -61,12 +63,45 @@ class TransportError(UpstreamError):
         self.maybe_sent = maybe_sent
 
 
-class RejectedError(UpstreamError):
-    """The upstream answered and refused (4xx): retrying the same request will not help."""
+class AmbiguousCreate(UpstreamError):
+    """A create may have reached an upstream that does not honour idempotency keys, and no
+    answer came back: sending it again could pay twice, so it is not retried automatically."""
 
-    def __init__(self, message: str, *, status: int, error_type: str | None) -> None:
+
+class RejectedError(UpstreamError):
+    """The upstream answered and refused (4xx): retrying the same request at once will not help.
+
+    `retry_after` is the wait the upstream asked for, in seconds, when it gave a usable one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        error_type: str | None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message, status=status)
         self.error_type = error_type
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date); None when the
+    header is missing or unusable, so the caller falls back to its own default."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 class TaskUnknownError(RejectedError):
@@ -190,6 +225,7 @@ class TaskApiClient:
                 self._redact(f"{method} {url}: HTTP {response.status_code}: {message}"),
                 status=response.status_code,
                 error_type=error_type,
+                retry_after=parse_retry_after(response.headers.get("retry-after")),
             )
         return response
 

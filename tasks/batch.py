@@ -1,8 +1,8 @@
 """The batch task: one batch's whole life inside one `ai-batch` slot (R8).
 
 queued -> running (persisted before paying, R3) -> upstream task id saved -> raw output saved as
-received (R4) -> each item validated -> completed. Every step is written to the ledger before
-the next one starts, so a crash anywhere leaves a record to recover from.
+received (R4) -> checked -> the business decision applied. Every step is written to the ledger
+before the next one starts, so a crash anywhere leaves a record to recover from.
 """
 
 from __future__ import annotations
@@ -13,11 +13,17 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from postledger.analysis import check_output
-from postledger.failures import classify
+from postledger.failures import failure_of
 from postledger.ledger import open_ledger
-from postledger.models import BatchStatus, FailureKind
+from postledger.models import BatchStatus, FailureKind, utcnow
+from postledger.policy import Decision, Failure, after_failure, after_output
+from postledger.settings import Settings
 from postledger.upstream import UpstreamError
-from tasks.upstream_calls import create_upstream_task, wait_for_upstream_task
+from tasks.upstream_calls import (
+    create_upstream_task,
+    wait_for_upstream_task,
+    with_request_retries,
+)
 
 BATCH_TAG = "ai-batch"
 
@@ -26,9 +32,13 @@ BATCH_TAG = "ai-batch"
 class BatchOutcome:
     batch_id: str
     status: BatchStatus
-    completed: int
-    failed: int
-    reason: str | None = None
+    why: str
+    kind: FailureKind | None = None
+    stop_run: str | None = None  # R14: what a person must fix before anything else is sent
+
+    @classmethod
+    def of(cls, batch_id: str, decision: Decision) -> BatchOutcome:
+        return cls(batch_id, decision.batch_to, decision.why, decision.kind, decision.stop_run)
 
 
 @task(
@@ -40,30 +50,43 @@ class BatchOutcome:
 )
 async def process_batch(batch_id: str, ledger_url: str) -> BatchOutcome:
     logger = get_run_logger()
+    settings = Settings()
+    limits = settings.limits()
     ledger = open_ledger(ledger_url)
     batch, posts = ledger.mark_running(batch_id)
 
     try:
-        task_id = await create_upstream_task(
+        task_id = await with_request_retries(create_upstream_task, settings)(
             batch_id, [(p.post_id, p.text) for p in posts], batch.idempotency_key, ledger_url
         )
-        snapshot = await wait_for_upstream_task(batch_id, task_id, ledger_url)
+        batch = ledger.batch(batch_id)
+        snapshot = await with_request_retries(wait_for_upstream_task, settings)(
+            batch_id, task_id, ledger_url
+        )
+        if snapshot.output is None:
+            raise UpstreamError(
+                f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
+            )
     except UpstreamError as exc:
-        kind = classify(exc)
-        ledger.fail(batch_id, kind, str(exc))
-        logger.warning("%s failed (%s): %s", batch_id, kind, exc)
-        return BatchOutcome(batch_id, BatchStatus.FAILED, 0, len(posts), str(exc))
-    if snapshot.output is None:
-        reason = f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
-        ledger.fail(batch_id, FailureKind.UPSTREAM_FAILED, reason)
-        logger.warning("%s failed: %s", batch_id, reason)
-        return BatchOutcome(batch_id, BatchStatus.FAILED, 0, len(posts), reason)
+        batch = ledger.batch(batch_id)
+        failure: Failure = failure_of(exc)
+        decision = after_failure(
+            batch,
+            posts,
+            failure,
+            idempotent=settings.upstream_idempotent,
+            limits=limits,
+            now=utcnow(),
+        )
+        ledger.apply(batch_id, decision)
+        logger.warning(
+            "%s: %s (%s) -> %s", batch_id, failure.reason, failure.kind, decision.batch_to
+        )
+        return BatchOutcome.of(batch_id, decision)
 
     ledger.save_output(batch_id, snapshot.output, snapshot.usage)
     check = check_output(snapshot.output, batch.post_ids)
-    ledger.finish(batch_id, check)
-    logger.info("%s: %d completed, %d invalid", batch_id, len(check.valid), len(check.invalid))
-    status = BatchStatus.FAILED if check.unusable else BatchStatus.COMPLETED
-    return BatchOutcome(
-        batch_id, status, len(check.valid), len(posts) - len(check.valid), check.unusable
-    )
+    decision = after_output(batch, ledger.posts_of(batch_id), check, limits)
+    ledger.apply(batch_id, decision, check)
+    logger.info("%s: %s", batch_id, decision.why)
+    return BatchOutcome.of(batch_id, decision)

@@ -14,21 +14,30 @@ from prefect.runtime import task_run as current_task_run
 from prefect.states import State
 from prefect.tasks import exponential_backoff
 
-from postledger.ledger import Ledger, open_ledger
+from postledger.ledger import open_ledger
 from postledger.settings import Settings
-from postledger.upstream import TaskApiClient, TaskSnapshot, Timeouts, TransportError
-
-REQUEST_RETRIES = 3
-
-
-class AmbiguousCreate(Exception):
-    """The create request may have reached the upstream and no answer came back, and the
-    upstream does not honour idempotency keys: retrying could pay twice, so it is not retried."""
+from postledger.upstream import (
+    AmbiguousCreate,
+    TaskApiClient,
+    TaskSnapshot,
+    Timeouts,
+    TransportError,
+)
 
 
 def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
     """Retry only transport faults; every other error is for the business layer to judge."""
     return isinstance(state.result(raise_on_failure=False), TransportError)
+
+
+def with_request_retries(call: Task[..., Any], settings: Settings) -> Task[..., Any]:
+    """The task with this run's retry settings: exponential backoff with jitter (R10)."""
+    return call.with_options(
+        retries=settings.request_retries,
+        retry_delay_seconds=exponential_backoff(backoff_factor=settings.request_backoff),
+        retry_jitter_factor=0.5,
+        retry_condition_fn=retry_transient,
+    )
 
 
 def client_for(settings: Settings) -> TaskApiClient:
@@ -41,17 +50,14 @@ def client_for(settings: Settings) -> TaskApiClient:
     )
 
 
-def _count_retry(ledger: Ledger, batch_id: str) -> None:
+def _count_retry(ledger_url: str, batch_id: str) -> None:
     if current_task_run.run_count > 1:
-        ledger.count_request_retry(batch_id)
+        open_ledger(ledger_url).count_request_retry(batch_id)
 
 
 @task(
     name="create-upstream-task",
     task_run_name="create {batch_id}",
-    retries=REQUEST_RETRIES,
-    retry_delay_seconds=exponential_backoff(backoff_factor=1),
-    retry_jitter_factor=0.5,
     retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
     persist_result=False,
@@ -62,10 +68,12 @@ async def create_upstream_task(
     idempotency_key: str,
     ledger_url: str,
 ) -> str:
-    """Create (and pay for) the upstream task of a batch; the id is saved before returning."""
+    """Create (and pay for) the upstream task of a batch; the id is saved before returning.
+
+    Retried only when that cannot pay twice: the request never left, or the upstream honours
+    the idempotency key that every create carries."""
     settings = Settings()
-    ledger = open_ledger(ledger_url)
-    _count_retry(ledger, batch_id)
+    _count_retry(ledger_url, batch_id)
     async with client_for(settings) as client:
         try:
             task_id = await client.create_task(
@@ -78,16 +86,13 @@ async def create_upstream_task(
             if exc.maybe_sent and not settings.upstream_idempotent:
                 raise AmbiguousCreate(str(exc)) from None
             raise
-    ledger.record_task_id(batch_id, task_id)
+    open_ledger(ledger_url).record_task_id(batch_id, task_id)
     return task_id
 
 
 @task(
     name="wait-for-upstream-task",
     task_run_name="wait {batch_id}",
-    retries=REQUEST_RETRIES,
-    retry_delay_seconds=exponential_backoff(backoff_factor=1),
-    retry_jitter_factor=0.5,
     retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
     persist_result=False,
@@ -95,7 +100,7 @@ async def create_upstream_task(
 async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -> TaskSnapshot:
     """Poll the upstream task until it ends; polling never pays, so it is always safe to retry."""
     settings = Settings()
-    _count_retry(open_ledger(ledger_url), batch_id)
+    _count_retry(ledger_url, batch_id)
     async with client_for(settings) as client:
         return await client.wait_for_task(
             task_id,

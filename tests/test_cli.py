@@ -21,7 +21,11 @@ def postledger(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Comple
     env = {k: v for k, v in env.items() if not k.startswith("POSTLEDGER_")}
     return subprocess.run(
         [sys.executable, "-m", "postledger", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -35,7 +39,15 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
 def test_sample_is_deterministic_and_is_the_shipped_month(tmp_path: Path) -> None:
     out = tmp_path / "again.jsonl"
     result = postledger(
-        "sample", "--month", "2026-10", "--count", "300", "--seed", "7", "--out", str(out),
+        "sample",
+        "--month",
+        "2026-10",
+        "--count",
+        "300",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr

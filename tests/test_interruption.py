@@ -38,7 +38,10 @@ def run_and_kill(
 ) -> None:
     posts = write_jsonl(
         tmp_path / "posts.jsonl",
-        [f'{{"id": "p{i:03d}", "text": "Is the sync broken again? Day {i}."}}' for i in range(POSTS)],
+        [
+            f'{{"id": "p{i:03d}", "text": "Is the sync broken again? Day {i}."}}'
+            for i in range(POSTS)
+        ],
     )
     env = {
         **os.environ,
@@ -48,7 +51,10 @@ def run_and_kill(
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", str(posts)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     db_file = tmp_path / "ledger.db"  # where the ledger_url fixture puts it
@@ -93,7 +99,9 @@ def assert_nothing_else_lost(ledger: Ledger, running: list[BatchRecord]) -> None
 
 def test_killed_while_waiting_for_output(tmp_path: Path, slow_sim: Sim, ledger_url: str) -> None:
     run_and_kill(
-        tmp_path, slow_sim, ledger_url,
+        tmp_path,
+        slow_sim,
+        ledger_url,
         lambda ledger, _: sum(1 for b in running_batches(ledger) if b.upstream_task_id) == 2,
     )
     ledger = Ledger(ledger_url)
@@ -111,7 +119,9 @@ def test_killed_after_paying_before_the_task_id_came_back(
     tmp_path: Path, sim_holding_creates: Sim, ledger_url: str
 ) -> None:
     run_and_kill(
-        tmp_path, sim_holding_creates, ledger_url,
+        tmp_path,
+        sim_holding_creates,
+        ledger_url,
         lambda ledger, sim: len(running_batches(ledger)) == 2 and len(sim.charges()) == 2,
     )
     ledger = Ledger(ledger_url)

@@ -12,6 +12,7 @@ from sqlalchemy import event
 from postledger.analysis import check_output
 from postledger.ledger import Ledger
 from postledger.models import BatchStatus, FailureKind, PostStatus
+from postledger.policy import Limits, after_output
 from postledger.posts import Post
 from postledger.sim.model import write_output
 from postledger.states import IllegalTransition
@@ -68,8 +69,8 @@ def test_plan_again_dissolves_unsent_batches(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
     ledger.sync_posts(MONTH, posts(30), model="m", prompt="p")
     first = ledger.plan(MONTH, max_posts=25, max_chars=10_000)
-    second = ledger.plan(MONTH, max_posts=10, max_chars=10_000)
-    assert second.replanned == 30
+    assert ledger.replan_unsent(MONTH) == 30
+    ledger.plan(MONTH, max_posts=10, max_chars=10_000)
     assert [b.status for b in ledger.batches(MONTH, BatchStatus.CANCELLED)] == [
         BatchStatus.CANCELLED
     ] * len(first.batches)
@@ -92,7 +93,7 @@ def test_one_batch_life(any_ledger_url: str) -> None:
     raw = write_output([(p.post_id, p.text) for p in sent])
     ledger.save_output(batch.batch_id, raw, {"input_tokens": 1, "output_tokens": 2})
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.RECEIVED}
-    ledger.finish(batch.batch_id, check_output(raw, batch.post_ids))
+    finish(ledger, batch.batch_id, raw)
 
     done = ledger.batch(batch.batch_id)
     assert (done.status, done.upstream_task_id, done.raw_output) == (
@@ -112,7 +113,13 @@ def test_one_batch_life(any_ledger_url: str) -> None:
     ledger.close()
 
 
-def test_invalid_items_fail_with_reason_and_valid_ones_complete(any_ledger_url: str) -> None:
+def finish(ledger: Ledger, batch_id: str, raw: str, limits: Limits = Limits()) -> None:
+    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    ledger.apply(batch_id, after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check,
+                                        limits), check)
+
+
+def test_invalid_items_are_retried_and_valid_ones_complete(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
     ledger.sync_posts(MONTH, posts(3), model="m", prompt="p")
     (batch,) = ledger.plan(MONTH, max_posts=25, max_chars=10_000).batches
@@ -122,12 +129,12 @@ def test_invalid_items_fail_with_reason_and_valid_ones_complete(any_ledger_url: 
         ' {"id": "p001", "category": "nonsense", "sentiment": "positive", "summary": "ok"}]'
     )
     ledger.save_output(batch.batch_id, raw, None)
-    ledger.finish(batch.batch_id, check_output(raw, batch.post_ids))
+    finish(ledger, batch.batch_id, raw, Limits(max_attempts=1))
     by_id = {p.post_id: p for p in ledger.posts(MONTH)}
     assert by_id["p000"].status is PostStatus.COMPLETED
-    assert by_id["p001"].failure_kind is FailureKind.INVALID_ITEM
+    assert by_id["p001"].failure_kind is FailureKind.ATTEMPTS_EXHAUSTED
     assert "category" in (by_id["p001"].failure_reason or "")
-    assert by_id["p002"].failure_reason == "the output has no item for this post"
+    assert "the output has no item for this post" in (by_id["p002"].failure_reason or "")
     ledger.close()
 
 
@@ -169,19 +176,17 @@ def test_month_writes_are_serialized(any_ledger_url: str, same_process: bool) ->
     for ledger in {id(x): x for x in ledgers}.values():
         event.listen(ledger.engine, "before_cursor_execute", hold_first_writer)
 
-    def finish(i: int) -> None:
+    def finish_one(i: int) -> None:
         try:
             start.wait()
             if i == 1:
                 held.wait(5)
-            ledgers[i].finish(
-                batch_ids[i], check_output(outputs[i], ledgers[i].batch(batch_ids[i]).post_ids)
-            )
+            finish(ledgers[i], batch_ids[i], outputs[i])
             commits[i] = time.monotonic()
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=finish, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=finish_one, args=(i,)) for i in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:

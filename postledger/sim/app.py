@@ -4,6 +4,7 @@ POST /v1/tasks            {model, prompt, posts: [{id, text}]} + Idempotency-Key
 GET  /v1/tasks/{task_id}  status, output, usage; `?wait=S` holds the answer up to S seconds
 GET  /_sim/charges        every charged task: the ground truth of what was paid
 GET  /_sim/stats          requests by route, tasks in flight now and at most
+GET/POST /_sim/faults     the fault plan in force (see `postledger.sim.faults`)
 """
 
 from __future__ import annotations
@@ -11,12 +12,22 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from email.utils import formatdate
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from postledger.sim.faults import (
+    CREATE_AFTER,
+    CREATE_REFUSED,
+    Decision,
+    FaultPlan,
+    Faults,
+    Route,
+)
+from postledger.sim.outputs import spoil_output
 from postledger.sim.upstream import IdempotencyConflict, SimTask, TaskState, Upstream
 
 MAX_WAIT_SECONDS = 60.0
@@ -33,8 +44,56 @@ class CreateTask(BaseModel):
     posts: list[PostIn] = Field(min_length=1)
 
 
-def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(
+        {"error": {"type": kind, "message": message}}, status_code=status, headers=headers
+    )
+
+
+class _Reset(Response):
+    """Promises a body and closes the connection half-way: the client sees a broken
+    connection, as after a reset."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"4096")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'{"task', "more_body": False})
+
+
+async def _transport_fault(decision: Decision) -> Response:
+    fault = decision.fault.removesuffix("_after_create")
+    if fault == "reset":
+        return _Reset()
+    if fault == "timeout":
+        await asyncio.sleep(decision.rule.hold)
+        return _error(504, "timeout", "The upstream took too long.")
+    status = int(fault.removeprefix("http_"))
+    return _error(status, "server_error", f"Simulated HTTP {status}.")
+
+
+def _refusal(decision: Decision) -> Response:
+    if decision.fault == "rate_limit":
+        value = decision.rule.retry_after
+        headers: dict[str, str] = {}
+        if value.startswith("date:"):
+            headers["Retry-After"] = formatdate(time.time() + float(value[5:]), usegmt=True)
+        elif value == "garbage":
+            headers["Retry-After"] = "soon-ish"
+        elif value != "missing":
+            headers["Retry-After"] = value
+        return _error(429, "rate_limit_exceeded", "Rate limit reached for requests.", headers)
+    if decision.fault == "auth":
+        return _error(401, "invalid_api_key", "Incorrect API key provided.")
+    if decision.fault == "quota":
+        return _error(402, "insufficient_quota", "You exceeded your current quota.")
+    if decision.fault == "quota_429":
+        return _error(429, "insufficient_quota", "You exceeded your current quota.")
+    return _error(403, "permission_denied", "This key may not use this model.")
 
 
 def _task_body(task: SimTask, now: float) -> dict[str, Any]:
@@ -54,18 +113,41 @@ def _task_body(task: SimTask, now: float) -> dict[str, Any]:
 
 
 def create_app(
-    upstream: Upstream, *, api_key: str | None = None, create_delay: float = 0.0
+    upstream: Upstream,
+    *,
+    api_key: str | None = None,
+    create_delay: float = 0.0,
+    faults: Faults | None = None,
 ) -> FastAPI:
     """`create_delay` holds each create's answer after the task was made (and charged): the
     window in which a client has paid but does not know the task id yet (R6)."""
     app = FastAPI(title="postledger upstream simulator", docs_url=None, redoc_url=None)
+    faults = faults or Faults()
     app.state.upstream = upstream
+    app.state.faults = faults
 
     def authorized(request: Request) -> bool:
         if api_key is None:
             return True
         given = request.headers.get("authorization", "")
         return hmac.compare_digest(given, f"Bearer {api_key}")
+
+    def make_task(body: CreateTask, idempotency_key: str | None) -> SimTask:
+        def spoil(task: SimTask) -> None:
+            if (decision := faults.decide(Route.TASK)) is not None:
+                task.error = "The model failed to process this request (simulated)."
+            if (decision := faults.decide(Route.OUTPUT)) is not None:
+                task.output = spoil_output(task.output, decision.fault, faults.pick)
+
+        task, _charged = upstream.create(
+            model=body.model,
+            prompt=body.prompt,
+            posts=[(p.id, p.text) for p in body.posts],
+            idempotency_key=idempotency_key,
+            now=time.monotonic(),
+            on_new=spoil,
+        )
+        return task
 
     @app.post("/v1/tasks", status_code=202)
     async def create_task(
@@ -76,20 +158,21 @@ def create_app(
         upstream.count_request("create")
         if not authorized(request):
             return _error(401, "invalid_api_key", "Incorrect API key provided.")
+        decision = faults.decide(Route.CREATE)
+        if decision is not None and decision.fault in CREATE_REFUSED:
+            return _refusal(decision)
+        if decision is not None and decision.fault not in CREATE_AFTER:
+            return await _transport_fault(decision)  # nothing was made
         try:
-            task, _charged = upstream.create(
-                model=body.model,
-                prompt=body.prompt,
-                posts=[(p.id, p.text) for p in body.posts],
-                idempotency_key=idempotency_key,
-                now=time.monotonic(),
-            )
+            task = make_task(body, idempotency_key)
         except IdempotencyConflict:
             return _error(
                 422,
                 "idempotency_conflict",
                 "This Idempotency-Key was already used with a different request.",
             )
+        if decision is not None:
+            return await _transport_fault(decision)  # made and charged, the answer is lost
         if create_delay > 0:
             await asyncio.sleep(create_delay)
         return JSONResponse({"task_id": task.task_id, "status": "queued"}, status_code=202)
@@ -103,6 +186,11 @@ def create_app(
         upstream.count_request("poll")
         if not authorized(request):
             return _error(401, "invalid_api_key", "Incorrect API key provided.")
+        decision = faults.decide(Route.POLL)
+        if decision is not None and decision.fault == "forget":
+            upstream.forget(task_id)
+        elif decision is not None:
+            return await _transport_fault(decision)
         task = upstream.get(task_id)
         if task is None:
             return _error(404, "not_found", f"No task {task_id}.")
@@ -118,6 +206,15 @@ def create_app(
 
     @app.get("/_sim/stats")
     async def stats() -> Any:
-        return upstream.stats(time.monotonic())
+        return {**upstream.stats(time.monotonic()), "faults_fired": len(faults.fired)}
+
+    @app.get("/_sim/faults")
+    async def get_faults() -> Any:
+        return {"plan": faults.plan.model_dump(mode="json"), "fired": faults.fired}
+
+    @app.post("/_sim/faults")
+    async def set_faults(plan: FaultPlan) -> Any:
+        faults.replace(plan)
+        return {"plan": plan.model_dump(mode="json")}
 
     return app

@@ -14,6 +14,7 @@ import httpx
 import uvicorn
 
 from postledger.sim.app import create_app
+from postledger.sim.faults import FaultPlan, Faults
 from postledger.sim.upstream import Upstream
 
 READY_PREFIX = "postledger simulator listening on "
@@ -27,6 +28,7 @@ def serve(
     seed: int = 0,
     api_key: str | None = None,
     create_delay: float = 0.0,
+    faults: FaultPlan | None = None,
 ) -> None:
     """Serve until interrupted; prints one line with the URL once the port is bound."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -34,7 +36,10 @@ def serve(
     sock.bind((host, port))
     bound_host, bound_port = sock.getsockname()[:2]
     app = create_app(
-        Upstream(latency=latency, seed=seed), api_key=api_key, create_delay=create_delay
+        Upstream(latency=latency, seed=seed),
+        api_key=api_key,
+        create_delay=create_delay,
+        faults=Faults(faults),
     )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
@@ -48,6 +53,7 @@ def simulator_process(
     seed: int = 0,
     api_key: str | None = None,
     create_delay: float = 0.0,
+    faults: str | None = None,
     startup_timeout: float = 30,
 ) -> Iterator[str]:
     """Start `postledger sim serve` on a free loopback port; yields its base URL."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -87,6 +88,7 @@ class Upstream:
         posts: list[tuple[str, str]],
         idempotency_key: str | None,
         now: float,
+        on_new: Callable[[SimTask], None] | None = None,
     ) -> tuple[SimTask, bool]:
         """Accept a task; returns (task, charged). A known key returns its task, uncharged."""
         with self.lock:
@@ -108,6 +110,8 @@ class Upstream:
                 input_tokens=count_tokens(prompt) + sum(count_tokens(t) for _, t in posts),
                 output_tokens=count_tokens(output),
             )
+            if on_new is not None:
+                on_new(task)  # faults decided once per task, never again for a repeated key
             self.tasks[task.task_id] = task
             if idempotency_key is not None:
                 self.by_key[idempotency_key] = task.task_id
@@ -128,6 +132,13 @@ class Upstream:
     def get(self, task_id: str) -> SimTask | None:
         with self.lock:
             return self.tasks.get(task_id)
+
+    def forget(self, task_id: str) -> None:
+        """Lose a task, as an upstream that expires or loses tasks does (its charge stays)."""
+        with self.lock:
+            task = self.tasks.pop(task_id, None)
+            if task is not None and task.idempotency_key is not None:
+                self.by_key.pop(task.idempotency_key, None)
 
     def in_flight(self, now: float) -> int:
         with self.lock:

@@ -1,0 +1,276 @@
+"""The business layer (R11–R17): what happens to a batch's posts after each kind of outcome.
+
+Plain functions over records and facts: they decide, the ledger applies the decision in one
+transaction. Request retries (transport faults) have already been spent by the time these
+run; what is decided here is a new *business* attempt, a wait, a split, or an end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from postledger.analysis import OutputCheck
+from postledger.models import BatchRecord, BatchStatus, FailureKind, PostRecord, PostStatus
+
+
+class Reach(StrEnum):
+    """Whether a failed create may have made (and charged) an upstream task."""
+
+    NEVER = "never"  # no connection was made, or the upstream refused the request
+    MAYBE = "maybe"  # sent, and no usable answer came back
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_attempts: int = 3  # paid submissions per post (R15)
+    max_requeues: int = 5  # unpaid bounces per post (rate limits, never-delivered requests)
+    default_wait: float = 30.0  # seconds, when a rate limit gives no usable Retry-After
+    max_wait: float = 600.0  # seconds, the longest wait a Retry-After may impose
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failure of one batch's upstream calls."""
+
+    kind: FailureKind
+    reason: str
+    reach: Reach = Reach.MAYBE
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class PostMove:
+    post_id: str
+    to: PostStatus
+    why: str
+    kind: FailureKind | None = None
+    not_before: datetime | None = None
+    refund: bool = False  # the attempt counted before the call was certainly not charged
+    requeue: bool = False  # an unpaid business retry
+
+
+@dataclass(frozen=True)
+class Decision:
+    batch_to: BatchStatus
+    why: str
+    kind: FailureKind | None = None
+    moves: list[PostMove] = field(default_factory=list)
+    halves: list[list[str]] = field(default_factory=list)  # new batches to plan (R12)
+    batch_not_before: datetime | None = None  # when batch_to is queued: not before this
+    nothing_charged: bool = False  # the batch's charge goes back to none
+    stop_run: str | None = None  # R14: no further batch may start in this run; what to fix
+
+
+STOPPING = frozenset({FailureKind.AUTH, FailureKind.QUOTA, FailureKind.PERMISSION})
+
+CONTINUE_HINTS: dict[FailureKind, str | None] = {
+    FailureKind.TOO_LONG: "shorten the post or raise POSTLEDGER_MAX_BATCH_CHARS, then run again",
+    FailureKind.AUTH: "fix the API key (POSTLEDGER_API_KEY), then `postledger retry --kind auth`",
+    FailureKind.QUOTA: "add balance or raise the quota, then `postledger retry --kind quota`",
+    FailureKind.PERMISSION: "grant the key access to the model, then "
+    "`postledger retry --kind permission`",
+    FailureKind.TRANSPORT: "the upstream may still finish the task: recovery polls it "
+    "(a later run), or `postledger retry --kind transport` to send again",
+    FailureKind.TASK_UNKNOWN: "the upstream lost the task; `postledger retry --kind task_unknown`"
+    " sends the posts again and may pay twice",
+    FailureKind.ATTEMPTS_EXHAUSTED: "`postledger retry --kind attempts_exhausted` allows more "
+    "paid attempts",
+    FailureKind.BATCH_INVALID: "`postledger retry --kind batch_invalid` sends them again (paid)",
+    FailureKind.INVALID_ITEM: "`postledger retry --kind invalid_item` sends them again (paid)",
+    FailureKind.MISSING_ITEM: "`postledger retry --kind missing_item` sends them again (paid)",
+    FailureKind.UPSTREAM_FAILED: "`postledger retry --kind upstream_failed` sends them again",
+    FailureKind.REJECTED: "check the request the upstream refused, then "
+    "`postledger retry --kind rejected`",
+    FailureKind.RATE_LIMITED: "`postledger retry --kind rate_limited` once the limit is lifted",
+}
+
+
+def retry_or_fail(post: PostRecord, why: str, kind: FailureKind, limits: Limits) -> PostMove:
+    """A paid business retry (a new batch) while the post has attempts left (R15)."""
+    if post.attempts >= limits.max_attempts:
+        return PostMove(
+            post.post_id,
+            PostStatus.FAILED,
+            f"{why} (after {post.attempts} paid attempts, the limit)",
+            kind=FailureKind.ATTEMPTS_EXHAUSTED,
+        )
+    return PostMove(post.post_id, PostStatus.PENDING, f"{why}: business retry", kind=None)
+
+
+def after_output(
+    batch: BatchRecord, posts: list[PostRecord], check: OutputCheck, limits: Limits
+) -> Decision:
+    """R12 and R13: a saved output was checked."""
+    if check.unusable is not None:
+        if len(posts) > 1 and batch.split_from is None:
+            half = len(posts) // 2
+            halves = [[p.post_id for p in posts[:half]], [p.post_id for p in posts[half:]]]
+            return Decision(
+                BatchStatus.FAILED,
+                f"{check.unusable}; split into halves of {len(halves[0])} and {len(halves[1])}",
+                kind=FailureKind.BATCH_INVALID,
+                halves=halves,
+            )
+        return Decision(
+            BatchStatus.FAILED,
+            check.unusable,
+            kind=FailureKind.BATCH_INVALID,
+            moves=[
+                PostMove(p.post_id, PostStatus.FAILED, check.unusable, FailureKind.BATCH_INVALID)
+                for p in posts
+            ],
+        )
+    moves = []
+    for post in posts:
+        if post.post_id in check.valid:
+            moves.append(PostMove(post.post_id, PostStatus.COMPLETED, "validated and saved"))
+        else:
+            reason = check.invalid.get(post.post_id, "the output has no item for this post")
+            kind = FailureKind.MISSING_ITEM if "no item" in reason else FailureKind.INVALID_ITEM
+            moves.append(retry_or_fail(post, reason, kind, limits))
+    return Decision(
+        BatchStatus.COMPLETED,
+        f"{len(check.valid)} completed, {len(posts) - len(check.valid)} invalid",
+        moves=moves,
+    )
+
+
+def after_failure(
+    batch: BatchRecord,
+    posts: list[PostRecord],
+    failure: Failure,
+    *,
+    idempotent: bool,
+    limits: Limits,
+    now: datetime,
+) -> Decision:
+    """R10, R11, R14, R17, R26: the batch's upstream calls ended without an output."""
+    # Only the first send of a key can be given back: an earlier send may have been charged.
+    refundable = failure.reach is Reach.NEVER and batch.sends == 1 and not batch.upstream_task_id
+
+    if failure.kind in STOPPING:
+        return Decision(
+            BatchStatus.FAILED,
+            failure.reason,
+            kind=failure.kind,
+            moves=[
+                PostMove(
+                    p.post_id, PostStatus.FAILED, failure.reason, failure.kind, refund=refundable
+                )
+                for p in posts
+            ],
+            nothing_charged=refundable,
+            stop_run=f"{failure.kind.value}: {failure.reason} — {CONTINUE_HINTS[failure.kind]}",
+        )
+
+    if failure.kind is FailureKind.TASK_UNKNOWN:
+        # R26: never answered with a silent new task.
+        why = f"{failure.reason}: the upstream no longer knows task {batch.upstream_task_id}"
+        return Decision(
+            BatchStatus.FAILED,
+            why,
+            kind=failure.kind,
+            moves=[PostMove(p.post_id, PostStatus.FAILED, why, failure.kind) for p in posts],
+        )
+
+    if failure.kind is FailureKind.UPSTREAM_FAILED and batch.upstream_task_id:
+        # The task ran and failed upstream: paid for, and worth one more paid attempt.
+        return Decision(
+            BatchStatus.FAILED,
+            failure.reason,
+            kind=failure.kind,
+            moves=[retry_or_fail(p, failure.reason, failure.kind, limits) for p in posts],
+        )
+
+    if failure.kind is FailureKind.TRANSPORT and batch.upstream_task_id:
+        # Polling gave up; the task exists and may still finish. Recovery polls it.
+        why = f"{failure.reason} (task {batch.upstream_task_id} may still finish upstream)"
+        return Decision(
+            BatchStatus.FAILED,
+            why,
+            kind=failure.kind,
+            moves=[PostMove(p.post_id, PostStatus.FAILED, why, failure.kind) for p in posts],
+        )
+
+    wait = _wait_seconds(failure, limits)
+    if refundable:
+        # Nothing was charged: the posts leave this batch and are planned again later.
+        target = (
+            PostStatus.WAITING if failure.kind is FailureKind.RATE_LIMITED else PostStatus.PENDING
+        )
+        moves = [_bounce(p, target, failure, now + timedelta(seconds=wait), limits) for p in posts]
+        return Decision(
+            BatchStatus.FAILED,
+            failure.reason,
+            kind=failure.kind,
+            moves=moves,
+            nothing_charged=True,
+        )
+
+    if idempotent and all(p.requeues < limits.max_requeues for p in posts):
+        # The upstream may hold this task already: send the same key again, which is answered
+        # with that task at no new charge, or makes it once if it never arrived.
+        not_before = now + timedelta(
+            seconds=wait if failure.kind is FailureKind.RATE_LIMITED else 0
+        )
+        return Decision(
+            BatchStatus.QUEUED,
+            f"{failure.reason}; sent again later with the same idempotency key",
+            moves=[
+                PostMove(
+                    p.post_id,
+                    PostStatus.QUEUED,
+                    f"{failure.reason}: same batch again",
+                    requeue=True,
+                )
+                for p in posts
+            ],
+            batch_not_before=not_before,
+        )
+
+    why = (
+        f"{failure.reason}; the upstream may have made and charged the task"
+        if idempotent
+        else f"{failure.reason}; the create may have reached the upstream, which does not honour "
+        "idempotency keys: not resent automatically, to avoid paying twice"
+    )
+    return Decision(
+        BatchStatus.FAILED,
+        why,
+        kind=failure.kind,
+        moves=[PostMove(p.post_id, PostStatus.FAILED, why, failure.kind) for p in posts],
+    )
+
+
+def _wait_seconds(failure: Failure, limits: Limits) -> float:
+    if failure.retry_after is None:
+        return limits.default_wait
+    return min(max(failure.retry_after, 0.0), limits.max_wait)
+
+
+def _bounce(
+    post: PostRecord, target: PostStatus, failure: Failure, not_before: datetime, limits: Limits
+) -> PostMove:
+    if post.requeues >= limits.max_requeues:
+        return PostMove(
+            post.post_id,
+            PostStatus.FAILED,
+            f"{failure.reason} (sent back {post.requeues} times without success)",
+            kind=failure.kind,
+            refund=True,
+        )
+    return PostMove(
+        post.post_id,
+        target,
+        f"{failure.reason}: not charged, "
+        + (
+            f"waiting until {not_before:%H:%M:%S} UTC"
+            if target is PostStatus.WAITING
+            else "planned again"
+        ),
+        not_before=not_before if target is PostStatus.WAITING else None,
+        refund=True,
+        requeue=True,
+    )
