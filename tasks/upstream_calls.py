@@ -27,7 +27,8 @@ from postledger.upstream import (
 
 def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
     """Retry only transport faults; every other error is for the business layer to judge."""
-    return isinstance(state.result(raise_on_failure=False), TransportError)
+    # The engine hands over Failed(data=<the exception>); reading `data` needs no await.
+    return isinstance(state.data, TransportError)
 
 
 def with_request_retries(call: Task[..., Any], settings: Settings) -> Task[..., Any]:

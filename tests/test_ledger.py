@@ -113,10 +113,14 @@ def test_one_batch_life(any_ledger_url: str) -> None:
     ledger.close()
 
 
-def finish(ledger: Ledger, batch_id: str, raw: str, limits: Limits = Limits()) -> None:
+def finish(ledger: Ledger, batch_id: str, raw: str, limits: Limits | None = None) -> None:
     check = check_output(raw, ledger.batch(batch_id).post_ids)
-    ledger.apply(batch_id, after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check,
-                                        limits), check)
+    limits = limits or Limits()
+    ledger.apply(
+        batch_id,
+        after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, limits),
+        check,
+    )
 
 
 def test_invalid_items_are_retried_and_valid_ones_complete(any_ledger_url: str) -> None:

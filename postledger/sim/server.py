@@ -74,6 +74,8 @@ def simulator_process(
         "--create-delay",
         str(create_delay),
     ]
+    if faults:
+        args += ["--faults", faults]
     env = dict(os.environ)
     if api_key is not None:
         env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it

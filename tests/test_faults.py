@@ -1,0 +1,346 @@
+"""One test per fault class, over real HTTP against the fault-injecting simulator. The
+evidence: the final ledger (statuses, kinds, attempts, request retries) and /_sim/charges."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from postledger.ledger import Ledger
+from postledger.models import BatchStatus, Charge, FailureKind, PostStatus
+from tests.conftest import Sim, start_sim
+
+MONTH = "2026-10"
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POSTLEDGER_REQUEST_BACKOFF", "0.05")
+    monkeypatch.setenv("POSTLEDGER_READ_TIMEOUT", "1")
+    monkeypatch.setenv("POSTLEDGER_POLL_WAIT", "0.5")
+    monkeypatch.setenv("POSTLEDGER_RATE_LIMIT_WAIT", "1")
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
+    yield from start_sim(monkeypatch, latency=0.1, faults=request.param)
+
+
+def month_of_posts(tmp_path: Path, n: int) -> str:
+    path = tmp_path / f"{MONTH}.jsonl"
+    path.write_text(
+        "".join(
+            f'{{"id": "p{i:03d}", "text": "Why is the app slow, day {i}?"}}\n' for i in range(n)
+        ),
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def run(tmp_path: Path, n: int) -> dict[str, object]:
+    from flows.monthly import monthly_posts
+
+    result: dict[str, object] = monthly_posts(month=MONTH, posts_path=month_of_posts(tmp_path, n))
+    return result
+
+
+def charged_per_post(sim: Sim) -> Counter[str]:
+    return Counter(pid for charge in sim.charges() for pid in charge["post_ids"])
+
+
+def assert_attempts_are_charges(ledger: Ledger, sim: Sim) -> None:
+    """For every post: charged upstream tasks that contain it == its business attempts."""
+    charged = charged_per_post(sim)
+    assert {p.post_id: p.attempts for p in ledger.posts(MONTH)} == {
+        p.post_id: charged.get(p.post_id, 0) for p in ledger.posts(MONTH)
+    }
+
+
+def statuses(ledger: Ledger) -> Counter[str]:
+    return Counter(p.status.value for p in ledger.posts(MONTH))
+
+
+# --- R13: some posts invalid -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "faulty",
+    ["output:bad_field#1", "output:missing_id#1", "output:stray_id#1", "output:duplicate_id#1"],
+    indirect=True,
+)
+def test_one_invalid_post_is_retried_alone(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    charges = faulty.charges()
+    assert [len(c["post_ids"]) for c in charges] == [25, 1]
+    (retried,) = charges[1]["post_ids"]
+    assert statuses(ledger) == {"completed": 25}
+    first_batch = ledger.batches(MONTH)[0]
+    assert first_batch.status is BatchStatus.COMPLETED
+    assert (
+        first_batch.failure_reason is None
+        and "24 completed, 1 invalid"
+        in [e.why for e in ledger.events(MONTH) if e.entity_id == first_batch.batch_id][-1]
+    )
+    assert {p.post_id: p.attempts for p in ledger.posts(MONTH)} == {
+        p.post_id: 2 if p.post_id == retried else 1 for p in ledger.posts(MONTH)
+    }
+    assert_attempts_are_charges(ledger, faulty)
+
+
+# --- R12: whole output unusable ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "faulty",
+    ["output:not_json#1", "output:wrong_shape#1", "output:truncated#1", "output:unknown_ids#1"],
+    indirect=True,
+)
+def test_unusable_output_is_split_into_halves_once(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    assert sorted(len(c["post_ids"]) for c in faulty.charges()) == [12, 13, 25]
+    assert statuses(ledger) == {"completed": 25}
+    first, *halves = ledger.batches(MONTH)
+    assert first.failure_kind is FailureKind.BATCH_INVALID
+    assert [h.split_from for h in halves] == [first.batch_id] * 2
+    assert_attempts_are_charges(ledger, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["output:not_json#1+2"], indirect=True)
+def test_a_half_that_fails_the_same_way_ends_failed(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    assert len(faulty.charges()) == 3  # no third round
+    failed = ledger.posts(MONTH, PostStatus.FAILED)
+    assert len(failed) in (12, 13)
+    assert {p.failure_kind for p in failed} == {FailureKind.BATCH_INVALID}
+    assert statuses(ledger)["completed"] == 25 - len(failed)
+    assert_attempts_are_charges(ledger, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["output:not_json@1.0"], indirect=True)
+def test_a_single_post_batch_is_not_split(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 1)
+    assert len(faulty.charges()) == 1
+    (post,) = ledger.posts(MONTH)
+    assert (post.status, post.failure_kind) == (PostStatus.FAILED, FailureKind.BATCH_INVALID)
+
+
+# --- R11: rate limited -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("faulty", "at_least"),
+    [
+        ("create:rate_limit#1;retry_after=2", 2.0),
+        ("create:rate_limit#1;retry_after=date:3", 2.0),  # HTTP-date, 1 s resolution
+        ("create:rate_limit#1;retry_after=missing", 1.0),  # the configured default wait
+        ("create:rate_limit#1;retry_after=garbage", 1.0),
+    ],
+    indirect=["faulty"],
+)
+def test_rate_limited_posts_wait_then_complete(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path, at_least: float
+) -> None:
+    run(tmp_path, 25)
+    assert statuses(ledger) == {"completed": 25}
+    assert faulty.stats()["requests"]["create"] == 2
+    assert len(faulty.charges()) == 1  # the refused create cost nothing
+    events = ledger.events(MONTH)
+    waited = next(e for e in events if e.entity_id == "p000" and e.to_status == "waiting")
+    released = next(e for e in events if e.entity_id == "p000" and e.why == "wait over")
+    # `waited` is stamped a moment after the 429 arrived, from which the wait is counted.
+    assert released.at - waited.at >= timedelta(seconds=at_least - 0.05)
+    assert all(p.attempts == 1 and p.requeues == 1 for p in ledger.posts(MONTH))
+    assert_attempts_are_charges(ledger, faulty)
+
+
+# --- R14: credentials, balance, permission ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("faulty", "kind"),
+    [
+        ("create:auth#1", FailureKind.AUTH),
+        ("create:quota#1", FailureKind.QUOTA),
+        ("create:quota_429#1", FailureKind.QUOTA),
+        ("create:permission#1", FailureKind.PERMISSION),
+    ],
+    indirect=["faulty"],
+)
+def test_credential_faults_stop_the_run_without_any_retry(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    kind: FailureKind,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.monthly import RunStopped
+
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")  # so that "no further batch" is exact
+    with pytest.raises(RunStopped, match=kind.value):
+        run(tmp_path, 60)
+    assert faulty.stats()["requests"]["create"] == 1  # no retry at all, no further batch
+    assert faulty.charges() == []
+    failed = ledger.posts(MONTH, PostStatus.FAILED)
+    assert len(failed) == 25 and {p.failure_kind for p in failed} == {kind}
+    assert all(p.attempts == 0 for p in failed)  # refused: nothing was charged
+    assert "Incorrect API key" in (failed[0].failure_reason or "") or kind is not FailureKind.AUTH
+    (first, *rest) = ledger.batches(MONTH)
+    assert first.request_retries == 0 and first.charge is Charge.NONE
+    assert {b.status for b in rest} == {BatchStatus.QUEUED}  # never sent
+    assert statuses(ledger) == {"failed": 25, "queued": 35}
+
+
+# --- R10: transport faults at the request layer ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "faulty",
+    [
+        "create:timeout_after_create#1;hold=3",
+        "create:http_500_after_create#1",
+        "create:reset_after_create#1",
+        "create:http_503#1",
+        "create:reset#1",
+        "create:timeout#1;hold=3",
+        "poll:http_502#1",
+        "poll:reset#1",
+        "poll:timeout#1;hold=3",
+    ],
+    indirect=True,
+)
+def test_transport_fault_is_retried_and_charged_once(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    assert statuses(ledger) == {"completed": 25}
+    assert len(faulty.charges()) == 1
+    (batch,) = ledger.batches(MONTH)
+    assert batch.request_retries == 1
+    assert all(p.attempts == 1 for p in ledger.posts(MONTH))
+
+
+@pytest.mark.parametrize("faulty", ["create:http_503#1+2"], indirect=True)
+def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POSTLEDGER_REQUEST_RETRIES", "1")
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    run(tmp_path, 50)
+    assert statuses(ledger) == {"completed": 50}
+    first, second = ledger.batches(MONTH)
+    assert (first.sends, first.request_retries) == (2, 1)
+    assert [e.why for e in ledger.events(MONTH) if e.entity_id == first.batch_id][2].endswith(
+        "sent again later with the same idempotency key"
+    )
+    assert [c["idempotency_key"] for c in faulty.charges()] == [
+        first.idempotency_key,
+        second.idempotency_key,
+    ]
+    assert_attempts_are_charges(ledger, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["create:timeout_after_create#1;hold=3"], indirect=True)
+def test_ambiguous_create_without_idempotency_is_never_resent(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", "false")
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    run(tmp_path, 30)
+    assert faulty.stats()["requests"]["create"] == 2  # the ambiguous one, then the next batch
+    first, second = ledger.batches(MONTH)
+    assert (first.status, first.failure_kind, first.charge) == (
+        BatchStatus.FAILED,
+        FailureKind.TRANSPORT,
+        Charge.POSSIBLE,
+    )
+    assert "not resent automatically" in (first.failure_reason or "")
+    assert first.request_retries == 0
+    assert second.status is BatchStatus.COMPLETED
+    assert statuses(ledger) == {"failed": 25, "completed": 5}
+    assert_attempts_are_charges(ledger, faulty)  # the upstream did make it: 1 charge, 1 attempt
+
+
+def test_connection_refused_costs_nothing_and_is_bounded(
+    prefect_harness: None, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
+    monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("POSTLEDGER_REQUEST_RETRIES", "1")
+    monkeypatch.setenv("POSTLEDGER_MAX_REQUEUES", "2")
+    run(tmp_path, 3)
+    posts = ledger.posts(MONTH)
+    assert {(p.status, p.failure_kind, p.attempts, p.requeues) for p in posts} == {
+        (PostStatus.FAILED, FailureKind.TRANSPORT, 0, 2)
+    }
+    batches = ledger.batches(MONTH)
+    assert len(batches) == 3 and all(b.request_retries == 1 for b in batches)
+    assert {b.charge for b in batches} == {Charge.NONE}
+
+
+# --- upstream task failures ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("faulty", ["task:task_failed#1"], indirect=True)
+def test_failed_upstream_task_is_a_paid_business_retry(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    assert statuses(ledger) == {"completed": 25}
+    assert [len(c["post_ids"]) for c in faulty.charges()] == [25, 25]
+    assert ledger.batches(MONTH)[0].failure_kind is FailureKind.UPSTREAM_FAILED
+    assert all(p.attempts == 2 for p in ledger.posts(MONTH))
+    assert_attempts_are_charges(ledger, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["poll:forget#1"], indirect=True)
+def test_forgotten_task_is_recorded_and_never_replaced(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    assert len(faulty.charges()) == 1
+    assert faulty.stats()["requests"]["create"] == 1  # no silent new task
+    posts = ledger.posts(MONTH)
+    assert {(p.status, p.failure_kind) for p in posts} == {
+        (PostStatus.FAILED, FailureKind.TASK_UNKNOWN)
+    }
+    assert ledger.batches(MONTH)[0].upstream_task_id in (posts[0].failure_reason or "")
+
+
+@pytest.mark.parametrize("faulty", ["output:bad_field@1.0"], indirect=True)
+def test_attempts_are_capped(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 1)
+    (post,) = ledger.posts(MONTH)
+    assert (post.status, post.failure_kind, post.attempts) == (
+        PostStatus.FAILED,
+        FailureKind.ATTEMPTS_EXHAUSTED,
+        3,
+    )
+    assert "sentiment" in (post.failure_reason or "")
+    assert len(faulty.charges()) == 3
