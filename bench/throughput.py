@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 
@@ -25,6 +26,12 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=1, help="runs (months) to measure")
+    parser.add_argument(
+        "--server",
+        choices=["local", "ephemeral"],
+        default="local",
+        help="local: the server `postledger run` starts (default); ephemeral: Prefect's own",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="postledger-bench-"))
@@ -37,9 +44,14 @@ def main() -> int:
             "POSTLEDGER_DATABASE_URL": f"sqlite:///{work / 'ledger.db'}",
         }
     )
-    from flows.monthly import monthly_posts
+    from flows.local_server import local_prefect_server
     from postledger.ledger import open_ledger
     from postledger.sim.server import simulator_process
+
+    server = local_prefect_server() if args.server == "local" else nullcontext()
+    stack = ExitStack()
+    stack.enter_context(server)
+    from flows.monthly import monthly_posts
 
     ideal = math.ceil(args.batches / 2) * args.latency
     rows = []

@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.limits import ensure_tag_limit
 from postledger.ledger import Ledger, open_ledger
-from postledger.models import utcnow
+from postledger.models import PostStatus, utcnow
 from postledger.posts import default_posts_path, load_posts, parse_month, previous_month
 from postledger.settings import Settings
 from tasks.batch import BatchOutcome, process_batch
@@ -78,12 +78,16 @@ def run_until_done(ledger: Ledger, month: str, ledger_url: str, settings: Settin
 
     while True:
         if stop is None:
-            ledger.release_due(month)
-            plan = ledger.plan(
-                month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
-            )
-            if plan.too_long:
-                logger.warning("%d posts are longer than max_batch_chars: not sent", plan.too_long)
+            counts = ledger.counts(month)  # a read: the writes below happen only when needed
+            if counts[PostStatus.WAITING]:
+                ledger.release_due(month)
+                counts = ledger.counts(month)
+            if counts[PostStatus.PENDING]:
+                plan = ledger.plan(
+                    month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
+                )
+                if plan.too_long:
+                    logger.warning("%d posts longer than max_batch_chars: not sent", plan.too_long)
             for batch in ledger.runnable_batches(month):
                 if len(in_flight) >= window:
                     break

@@ -72,7 +72,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Where MONTH stands, read from the ledger alone (never calls the AI)."""
-    from postledger.progress import month_status, status_table
+    from postledger.progress import failures_table, month_status, status_table
 
     month = _month(month)
     report = month_status(Settings(), month)
@@ -86,6 +86,34 @@ def status(
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         out.print(status_table(report))
+        if (table := failures_table(report)) is not None:
+            out.print(table)
+
+
+@app.command()
+def retry(
+    month: MonthOption,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", "-k", help="Only failed posts of this kind (repeatable)."),
+    ] = None,
+) -> None:
+    """A person's decision: plan MONTH's failed posts again (all, or of --kind); the next
+    `postledger run` sends them. Sending again may be charged again."""
+    from postledger.ledger import Ledger
+    from postledger.models import FailureKind
+
+    month = _month(month)
+    try:
+        kinds = {FailureKind(k) for k in kind} if kind else None
+    except ValueError:
+        known = ", ".join(k.value for k in FailureKind)
+        err.print(f"[red]error:[/] unknown kind in {kind}; known kinds: {known}")
+        raise typer.Exit(2) from None
+    ledger = Ledger(Settings().resolved_database_url())
+    count = ledger.retry_failed(month, kinds)
+    ledger.close()
+    out.print(f"{count} failed posts of {month} will be sent again by the next run.")
 
 
 @app.command()

@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 
 from postledger.ledger import Ledger
 from postledger.models import BatchStatus, PostStatus
+from postledger.policy import CONTINUE_HINTS
 from postledger.settings import Settings
 
 UNFINISHED = (
@@ -60,7 +61,12 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         "unfinished": sum(counts[s] for s in UNFINISHED),
         "batches": {status.value: batch_counts.get(status, 0) for status in BatchStatus},
         "failures": [
-            {"kind": kind.value if kind else None, "count": n, "sample_reason": sample[kind]}
+            {
+                "kind": kind.value if kind else None,
+                "count": n,
+                "sample_reason": sample[kind],
+                "how_to_continue": CONTINUE_HINTS.get(kind) if kind else None,
+            }
             for kind, n in by_kind.most_common()
         ],
     }
@@ -77,4 +83,20 @@ def status_table(report: dict[str, Any]) -> Table:
     table.add_row("unfinished", str(report["unfinished"]))
     for failure in report["failures"]:
         table.add_row(f"[red]failed: {failure['kind']}[/]", str(failure["count"]))
+    return table
+
+
+def failures_table(report: dict[str, Any]) -> Table | None:
+    if not report["failures"]:
+        return None
+    table = Table(title="why posts failed, and how to continue")
+    for column in ("kind", "posts", "a reason", "how to continue"):
+        table.add_column(column, overflow="fold")
+    for failure in report["failures"]:
+        table.add_row(
+            failure["kind"],
+            str(failure["count"]),
+            failure["sample_reason"] or "",
+            failure["how_to_continue"] or "",
+        )
     return table

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from postledger.ledger import Ledger
 from postledger.posts import InputError, default_posts_path, load_posts
-from postledger.progress import status_of, status_table
+from postledger.progress import failures_table, status_of, status_table
 from postledger.settings import Settings
 from postledger.sim.server import simulator_process
 
@@ -36,23 +36,37 @@ def run_month(month: str, posts_path: Path | None, *, sim_latency: float, consol
             "simulator. No real AI is called and nothing is paid.[/]"
         )
         simulator = simulator_process(latency=sim_latency)
-    with simulator as url:
+    from flows.local_server import local_prefect_server
+
+    # Prefect's local mode, through our launcher (see flows/local_server.py for why), unless
+    # the user points us at a Prefect server of their own.
+    prefect_server: AbstractContextManager[object] = (
+        nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
+    )
+    with simulator as url, prefect_server:
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         ledger = Ledger(settings.resolved_database_url())
+        stopped: str | None = None
         with _progress_bar(ledger, month, total, console):
-            from flows.monthly import monthly_posts
+            from flows.monthly import RunStopped, monthly_posts
 
             try:
                 monthly_posts(month=month, posts_path=str(path))
             except InputError as exc:
                 console.print(f"[red]error:[/] {exc}")
                 return 2
+            except RunStopped as exc:
+                stopped = str(exc)
+    if stopped:
+        console.print(f"[red]{stopped}[/]")
     report = status_of(ledger, month)
     ledger.close()
     if report is None:
         return 1
     console.print(status_table(report))
-    return 0 if report["unfinished"] == 0 else 1
+    if (table := failures_table(report)) is not None:
+        console.print(table)
+    return 0 if report["unfinished"] == 0 and not stopped else 1
 
 
 @contextmanager

@@ -9,6 +9,8 @@ message or the ledger.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,6 +116,13 @@ class Timeouts:
     read: float = 30.0
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verified TLS context per process: loading the CA bundle costs tens of ms, and a
+    client is made per batch call."""
+    return ssl.create_default_context()
+
+
 class TaskApiClient:
     """One upstream speaking the task API: `create_task`, `get_task`."""
 
@@ -133,6 +142,7 @@ class TaskApiClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
+            verify=_tls_context(),
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         )
 

@@ -344,3 +344,36 @@ def test_attempts_are_capped(
     )
     assert "sentiment" in (post.failure_reason or "")
     assert len(faulty.charges()) == 3
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+SECRET = "sk-test-0123456789abcdefghijklmnop"
+
+
+@pytest.fixture
+def guarded_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
+    yield from start_sim(monkeypatch, latency=0.1, api_key=SECRET)
+
+
+def test_the_api_key_is_sent_and_never_kept(
+    prefect_harness: None, guarded_sim: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from flows.monthly import RunStopped
+
+    monkeypatch.setenv("POSTLEDGER_API_KEY", SECRET + "-wrong")
+    with pytest.raises(RunStopped) as stopped:
+        run(tmp_path, 5)
+    assert "fix the API key" in str(stopped.value)
+    assert {p.failure_kind for p in ledger.posts(MONTH)} == {FailureKind.AUTH}
+
+    assert ledger.retry_failed(MONTH, {FailureKind.AUTH}) == 5  # a person fixed the key
+    monkeypatch.setenv("POSTLEDGER_API_KEY", SECRET)
+    run(tmp_path, 5)
+    assert statuses(ledger) == {"completed": 5}
+
+    db_bytes = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*"))
+    assert SECRET.encode() not in db_bytes
+    assert SECRET not in str(stopped.value)
+    assert SECRET not in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -18,6 +19,14 @@ from postledger.sim.faults import FaultPlan, Faults
 from postledger.sim.upstream import Upstream
 
 READY_PREFIX = "postledger simulator listening on "
+
+
+class _QuietDeliberateResets(logging.Filter):
+    """The `reset` fault breaks responses on purpose; uvicorn would log each as an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return "Too little data for declared Content-Length" not in str(exc)
 
 
 def serve(
@@ -42,6 +51,7 @@ def serve(
         faults=Faults(faults),
     )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    logging.getLogger("uvicorn.error").addFilter(_QuietDeliberateResets())
     print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
 
