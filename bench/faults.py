@@ -181,7 +181,10 @@ def main() -> int:
             "POSTLEDGER_RATE_LIMIT_WAIT": "1",
         }
     )
-    ours = run_postledger(work, args.posts, args.seed, args.latency)
+    from flows.local_server import local_prefect_server
+
+    with local_prefect_server():
+        ours = run_postledger(work, args.posts, args.seed, args.latency)
     print("postledger:", json.dumps(ours), flush=True)
     naive = asyncio.run(run_naive(args.posts, args.seed, args.latency))
     print("naive     :", json.dumps(naive), flush=True)

@@ -357,8 +357,13 @@ def guarded_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 
 
 def test_the_api_key_is_sent_and_never_kept(
-    prefect_harness: None, guarded_sim: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    prefect_harness: None,
+    guarded_sim: Sim,
+    ledger: Ledger,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from flows.monthly import RunStopped
 
@@ -377,3 +382,36 @@ def test_the_api_key_is_sent_and_never_kept(
     assert SECRET.encode() not in db_bytes
     assert SECRET not in str(stopped.value)
     assert SECRET not in caplog.text
+
+
+# --- everything at once ----------------------------------------------------------------------
+
+MIXED = ",".join(
+    [
+        "create:http_503@0.08",
+        "create:timeout_after_create@0.05;hold=2",
+        "create:http_500_after_create@0.05",
+        "create:rate_limit@0.05;retry_after=1",
+        "poll:http_502@0.08",
+        "poll:forget@0.03",
+        "task:task_failed@0.05",
+        "output:not_json@0.05",
+        "output:bad_field@0.1",
+        "output:duplicate_id@0.05",
+    ]
+)
+
+
+@pytest.mark.parametrize("faulty", [MIXED], indirect=True)
+def test_mixed_faults_every_post_ends_and_attempts_equal_charges(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    """The small sibling of bench/faults.py: every post ends completed or failed with a kind,
+    and for every post, charged tasks containing it == its business attempts."""
+    run(tmp_path, 150)
+    posts = ledger.posts(MONTH)
+    assert {p.status for p in posts} <= {PostStatus.COMPLETED, PostStatus.FAILED}
+    assert all(p.failure_kind for p in posts if p.status is PostStatus.FAILED)
+    assert all(p.attempts <= 3 for p in posts)
+    assert len(faulty.charges()) > 6  # the faults did fire: more charges than clean batches
+    assert_attempts_are_charges(ledger, faulty)

@@ -64,6 +64,7 @@ def simulator_process(
     api_key: str | None = None,
     create_delay: float = 0.0,
     faults: str | None = None,
+    scenario: str | None = None,
     startup_timeout: float = 30,
 ) -> Iterator[str]:
     """Start `postledger sim serve` on a free loopback port; yields its base URL."""
@@ -86,6 +87,8 @@ def simulator_process(
     ]
     if faults:
         args += ["--faults", faults]
+    if scenario:
+        args += ["--scenario", scenario]
     env = dict(os.environ)
     if api_key is not None:
         env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it
