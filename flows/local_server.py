@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from postledger.children import stop_child
+
 
 def create_app() -> Any:
     """uvicorn factory: Prefect's server app, with SQLite writes opened IMMEDIATE."""
@@ -69,8 +71,21 @@ def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
         "PREFECT__SERVER_FINAL": "1",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "flows.local_server:create_app",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "flows.local_server:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+            "--lifespan",
+            "on",
+        ],
         env=env,
     )
     api_url = f"http://127.0.0.1:{port}/api"
@@ -85,12 +100,7 @@ def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process)
 
 
 def _wait_healthy(process: subprocess.Popen[bytes], api_url: str, timeout: float) -> None:

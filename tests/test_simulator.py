@@ -32,7 +32,8 @@ def test_task_api_idempotency_and_evidence() -> None:
         task_id = first.json()["task_id"]
         assert again.json()["task_id"] == task_id  # same key, same task
         conflict = httpx.post(
-            f"{url}/v1/tasks", json={"model": "m", "prompt": "other", "posts": POSTS},
+            f"{url}/v1/tasks",
+            json={"model": "m", "prompt": "other", "posts": POSTS},
             headers={"Idempotency-Key": "k1"},
         )
         assert conflict.status_code == 422

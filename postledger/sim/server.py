@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import httpx
 import uvicorn
 
+from postledger.children import stop_child
 from postledger.sim.app import create_app
 from postledger.sim.faults import FaultPlan, Faults
 from postledger.sim.upstream import Upstream
@@ -97,12 +98,7 @@ def simulator_process(
         url = _wait_ready(process, startup_timeout)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process)
 
 
 def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
