@@ -7,7 +7,8 @@ where the last run stopped instead of starting over.
 
 from __future__ import annotations
 
-import threading
+import queue
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,10 @@ def run_until_done(ledger: Ledger, month: str, ledger_url: str, settings: Settin
     logger = get_run_logger()
     window = settings.max_in_flight
     in_flight: dict[str, PrefectFuture[BatchOutcome]] = {}
-    finished = threading.Event()
+    # Batch ids land here as their task runs end. Asking a future for its state instead would
+    # cost an API round trip per running batch on every wake-up, right when a slot is free.
+    ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+    crashed: set[str] = set()  # not started again in this run: whatever broke would again
     stop: str | None = None
 
     while True:
@@ -91,28 +95,31 @@ def run_until_done(ledger: Ledger, month: str, ledger_url: str, settings: Settin
             for batch in ledger.runnable_batches(month):
                 if len(in_flight) >= window:
                     break
-                if batch.batch_id not in in_flight:
+                if batch.batch_id not in in_flight and batch.batch_id not in crashed:
                     future = process_batch.submit(batch.batch_id, ledger_url)
-                    future.add_done_callback(lambda _: finished.set())
+                    future.add_done_callback(lambda _, batch_id=batch.batch_id: ended.put(batch_id))
                     in_flight[batch.batch_id] = future
 
         if not in_flight:
-            wake = None if stop else ledger.next_wake(month)
+            wake = None if stop else ledger.next_wake(month, skip=crashed)
             if wake is None:
                 return stop
-            finished.wait(min(MAX_NAP_SECONDS, max((wake - utcnow()).total_seconds(), 0.01)))
+            time.sleep(min(MAX_NAP_SECONDS, max((wake - utcnow()).total_seconds(), 0.01)))
             continue
 
-        finished.wait(MAX_NAP_SECONDS)
-        finished.clear()
-        for batch_id, future in list(in_flight.items()):
-            if not future.state.is_final():
-                continue
-            del in_flight[batch_id]
+        try:
+            finished = [ended.get(timeout=MAX_NAP_SECONDS)]
+        except queue.Empty:
+            continue  # a nap: posts whose wait is over may be planned meanwhile
+        while not ended.empty():
+            finished.append(ended.get_nowait())
+        for batch_id in finished:
+            future = in_flight.pop(batch_id)
             try:
                 outcome = future.result()
             except Exception as exc:  # R17: one broken batch must not stop the others
                 logger.error("batch %s crashed: %s: %s", batch_id, type(exc).__name__, exc)
+                crashed.add(batch_id)
                 continue
             if outcome.stop_run and stop is None:
                 stop = outcome.stop_run

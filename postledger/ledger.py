@@ -359,11 +359,17 @@ class Ledger:
             if b.not_before is None or b.not_before <= now
         ]
 
-    def next_wake(self, month: str) -> datetime | None:
-        """When the earliest waiting post or held-back batch may go; None if nothing waits."""
+    def next_wake(self, month: str, skip: set[str] | None = None) -> datetime | None:
+        """When the earliest waiting post or held-back batch (other than `skip`) may go; None
+        if nothing waits."""
         now = utcnow()
+        skip = skip or set()
         times = [p.not_before or now for p in self.posts(month, PostStatus.WAITING)]
-        times += [b.not_before or now for b in self.batches(month, BatchStatus.QUEUED)]
+        times += [
+            b.not_before or now
+            for b in self.batches(month, BatchStatus.QUEUED)
+            if b.batch_id not in skip
+        ]
         return min(times) if times else None
 
     def count_request_retry(self, batch_id: str) -> None:
