@@ -426,10 +426,6 @@ class Ledger:
                 )
             )
 
-    def months(self) -> list[str]:
-        with self._read() as session:
-            return list(session.exec(select(PostRecord.month).distinct().order_by("month")))
-
     # --- helpers ---------------------------------------------------------------------------
 
     @staticmethod

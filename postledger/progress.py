@@ -26,7 +26,7 @@ UNFINISHED = (
 
 def open_read_only(settings: Settings) -> Ledger | None:
     """The ledger opened so that nothing can be written; None if there is no ledger yet."""
-    url = settings.database_url or f"sqlite:///{Path.cwd() / '.postledger' / 'ledger.db'}"
+    url = settings.resolved_database_url(create_folder=False)  # looking creates nothing
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
         return None

@@ -83,9 +83,11 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
 
-    def resolved_database_url(self, workdir: Path | None = None) -> str:
+    def resolved_database_url(self, *, create_folder: bool = True) -> str:
+        """The ledger's URL: POSTLEDGER_DATABASE_URL, or SQLite at ./.postledger/ledger.db."""
         if self.database_url:
             return self.database_url
-        folder = (workdir or Path.cwd()) / ".postledger"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = Path.cwd() / ".postledger"
+        if create_folder:
+            folder.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{folder / 'ledger.db'}"
