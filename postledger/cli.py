@@ -121,6 +121,7 @@ def setup(
     tag_limit: Annotated[int, typer.Option(help="Batches in flight across all runs.")] = 2,
 ) -> None:
     """Prepare this machine: create the ledger and Prefect's `ai-batch` tag limit (idempotent)."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from flows.limits import ensure_tag_limit
     from postledger.ledger import Ledger
 

@@ -92,3 +92,30 @@ def test_batches_respect_the_character_limit(
     assert "r7" not in {pid for ids in charged for pid in ids}
     for ids in charged:
         assert sum(len(texts[int(pid[1:])]) for pid in ids) <= 1000
+
+
+def test_month_on_a_postgresql_ledger(
+    prefect_harness: None,
+    sim: Sim,
+    pg_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The at-scale path: the same flow with its ledger on PostgreSQL (advisory month locks)."""
+    from flows.monthly import monthly_posts
+
+    monkeypatch.setenv("POSTLEDGER_DATABASE_URL", pg_ledger_url)
+    path = tmp_path / "2026-07.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "g{i}", "text": "Great update, thanks! #{i}"}}\n' for i in range(60)),
+        encoding="utf-8",
+    )
+    summary = monthly_posts(month="2026-07", posts_path=str(path))
+
+    assert summary["counts"]["completed"] == 60
+    ledger = Ledger(pg_ledger_url)
+    assert [len(b.post_ids) for b in ledger.batches("2026-07")] == [25, 25, 10]
+    assert Counter(pid for c in sim.charges() for pid in c["post_ids"]) == Counter(
+        {f"g{i}": 1 for i in range(60)}
+    )
+    ledger.close()
