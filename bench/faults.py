@@ -15,10 +15,11 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from workdir import isolated_workdir
 
 FAULTS = ",".join(
     [
@@ -167,19 +168,13 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.2)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="postledger-faults-"))
-    os.environ.update(
-        {
-            "DO_NOT_TRACK": "1",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_HOME": str(work / "prefect-home"),
-            "PREFECT_LOGGING_LEVEL": "CRITICAL",
-            "POSTLEDGER_DATABASE_URL": f"sqlite:///{work / 'ledger.db'}",
-            "POSTLEDGER_REQUEST_BACKOFF": "0.1",
-            "POSTLEDGER_READ_TIMEOUT": "1",
-            "POSTLEDGER_POLL_WAIT": "1",
-            "POSTLEDGER_RATE_LIMIT_WAIT": "1",
-        }
+    work = isolated_workdir(
+        "postledger-faults-",
+        PREFECT_LOGGING_LEVEL="CRITICAL",
+        POSTLEDGER_REQUEST_BACKOFF="0.1",
+        POSTLEDGER_READ_TIMEOUT="1",
+        POSTLEDGER_POLL_WAIT="1",
+        POSTLEDGER_RATE_LIMIT_WAIT="1",
     )
     from flows.local_server import local_prefect_server
 

@@ -15,10 +15,10 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
-from contextlib import ExitStack, nullcontext
-from pathlib import Path
+from contextlib import nullcontext
+
+from workdir import isolated_workdir
 
 
 def main() -> int:
@@ -34,28 +34,18 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="postledger-bench-"))
-    os.environ.update(
-        {
-            "DO_NOT_TRACK": "1",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_HOME": str(work / "prefect-home"),
-            "PREFECT_LOGGING_LEVEL": "WARNING",
-            "POSTLEDGER_DATABASE_URL": f"sqlite:///{work / 'ledger.db'}",
-        }
-    )
+    work = isolated_workdir("postledger-bench-")
     from flows.local_server import local_prefect_server
     from postledger.ledger import open_ledger
     from postledger.sim.server import simulator_process
 
     server = local_prefect_server() if args.server == "local" else nullcontext()
-    stack = ExitStack()
-    stack.enter_context(server)
-    from flows.monthly import monthly_posts
-
     ideal = math.ceil(args.batches / 2) * args.latency
     rows = []
-    with simulator_process(latency=args.latency) as url:
+    with server, simulator_process(latency=args.latency) as url:
+        # Imported only now: Prefect reads its settings (PREFECT_API_URL) when first imported.
+        from flows.monthly import monthly_posts
+
         os.environ["POSTLEDGER_UPSTREAM_URL"] = url
         for run in range(args.repeat):
             month = f"2030-{run + 1:02d}"

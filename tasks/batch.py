@@ -59,7 +59,6 @@ async def process_batch(batch_id: str, ledger_url: str) -> BatchOutcome:
         task_id = await with_request_retries(create_upstream_task, settings)(
             batch_id, [(p.post_id, p.text) for p in posts], batch.idempotency_key, ledger_url
         )
-        batch = ledger.batch(batch_id)
         snapshot = await with_request_retries(wait_for_upstream_task, settings)(
             batch_id, task_id, ledger_url
         )
