@@ -44,11 +44,16 @@ def create_app() -> Any:
     return prefect_app(ephemeral=True, final=True)
 
 
+# Set while the flow talks to this server: it runs no services, so no lease reaper (see
+# flows/slots.py), and the flow frees slots that killed runs left taken.
+LOCAL_SERVER_FLAG = "POSTLEDGER_LOCAL_PREFECT_SERVER"
+
 # The flow process talks to a server it started itself, on loopback, without TLS or a UI:
 # no CSRF token to fetch per client and no log shipping to a UI nobody can open.
 CLIENT_SETTINGS = {
     "PREFECT_CLIENT_CSRF_SUPPORT_ENABLED": "false",
     "PREFECT_LOGGING_TO_API_ENABLED": "false",
+    LOCAL_SERVER_FLAG: "1",
 }
 
 
@@ -67,6 +72,8 @@ def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
     env = {
         **os.environ,
         "PREFECT_UI_ENABLED": "0",
+        # A private, throw-away server: it has nothing to report to anyone.
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT__SERVER_EPHEMERAL": "1",
         "PREFECT__SERVER_FINAL": "1",
     }

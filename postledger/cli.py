@@ -51,18 +51,35 @@ def run(
         float, typer.Option(help="Simulator only: seconds each upstream task takes.")
     ] = 1.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Prefect's logs.")] = False,
+    poll: Annotated[
+        bool,
+        typer.Option(
+            "--poll", help="Yes, up front: poll the known tasks of interrupted batches (free)."
+        ),
+    ] = False,
+    resubmit: Annotated[
+        bool,
+        typer.Option(
+            "--resubmit",
+            help="Yes, up front: send again interrupted batches with no task id; they may be "
+            "charged twice (see `postledger plan`).",
+        ),
+    ] = False,
 ) -> None:
     """Run the monthly flow for MONTH now, in this process (Prefect's local mode).
 
     With no POSTLEDGER_UPSTREAM_URL set, the bundled simulator is started on a free loopback
-    port: no real AI is called and nothing is paid.
+    port: no real AI is called and nothing is paid. Batches an earlier run sent but never saw
+    answered are polled or resubmitted only with a yes: --poll / --resubmit given here, or
+    asked for in the paused run's form once everything safe is done.
     """
     from postledger.runner import run_month
 
     month = _month(month)
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    code = run_month(month, posts, sim_latency=latency, console=out)
+    answers = {"poll": poll, "resubmit": resubmit} if poll or resubmit else {}
+    code = run_month(month, posts, sim_latency=latency, console=out, **answers)
     raise typer.Exit(code)
 
 
@@ -117,18 +134,158 @@ def retry(
 
 
 @app.command()
+def approve(
+    month: MonthOption,
+    note: Annotated[str, typer.Option(help="Why: kept in the ledger with the answer.")] = "",
+    stop: Annotated[
+        bool, typer.Option("--stop", help="Refuse: the run ends and the breaker stays open.")
+    ] = False,
+    poll: Annotated[
+        bool, typer.Option("--poll", help="Interrupted batches: yes, poll their known tasks.")
+    ] = False,
+    resubmit: Annotated[
+        bool,
+        typer.Option(
+            "--resubmit",
+            help="Interrupted batches: yes, send again those with no task id (may be charged "
+            "twice; `postledger plan` shows how much).",
+        ),
+    ] = False,
+) -> None:
+    """Answer MONTH's paused run, as its Resume form in the Prefect UI would.
+
+    An open circuit breaker: continue (the breaker goes to probe, one batch at a time first)
+    or --stop. Interrupted batches: --poll and/or --resubmit say yes; what is not said is no.
+    The answer is recorded in the ledger first; then the paused run, if one waits, is resumed
+    with it. With no paused run, the answer counts for the next run."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from postledger.ledger import Ledger
+    from postledger.models import Answer, BreakerLevel, Question
+    from postledger.progress import open_read_only
+    from postledger.recovery import recovery_plan
+
+    month = _month(month)
+    settings = Settings()
+    looked = open_read_only(settings)  # a folder with no ledger gets none made for it
+    if looked is None:
+        err.print("Nothing waits for an answer: there is no ledger here yet.")
+        raise typer.Exit(1)
+    looked.close()
+    ledger = Ledger(settings.resolved_database_url())
+    question = ledger.approvals.waiting(month)
+    upstream = question.upstream if question else settings.breaker_name()
+    plan = recovery_plan(ledger, month, idempotent=settings.upstream_idempotent)
+    run_input: dict[str, object]
+    if (question and question.kind is Question.RECOVERY) or (
+        question is None and (poll or resubmit) and plan.needs_yes
+    ):
+        record = ledger.approvals.answer_recovery(
+            month,
+            upstream,
+            poll=poll and not stop,
+            resubmit=resubmit and not stop,
+            note=note,
+            by="postledger approve",
+            batch_ids=(question.batch_ids if question else None)
+            or [s.batch_id for s in plan.steps],
+            question_id=question.id if question else None,
+        )
+        said = (
+            f"poll {'yes' if record.poll else 'no'}, resubmit {'yes' if record.resubmit else 'no'}"
+        )
+        out.print(f"recorded for {month}'s interrupted batches: {said}.")
+        run_input = {"poll": bool(record.poll), "resubmit": bool(record.resubmit), "note": note}
+    else:
+        if question is None and ledger.approvals.breaker(upstream).level is not BreakerLevel.OPEN:
+            err.print(
+                f"Nothing waits for an answer: no run of {month} is paused, the breaker of "
+                f"{upstream} is {ledger.approvals.breaker(upstream).level}"
+                + (
+                    ", and no interrupted batch needs a yes."
+                    if not plan.needs_yes
+                    else "; interrupted batches need --poll and/or --resubmit."
+                )
+            )
+            raise typer.Exit(1)
+        answer = Answer.STOP if stop else Answer.CONTINUE
+        breaker = ledger.approvals.answer(
+            month, upstream, answer, note=note, by="postledger approve"
+        )
+        out.print(f"recorded: {answer} for {month}; the breaker of {upstream} is {breaker.level}.")
+        run_input = {"decision": answer.value, "note": note}
+    if question is not None and question.flow_run_id:
+        from flows.resume import NotResumed, resume_run
+
+        try:
+            resume_run(question, run_input)
+        except NotResumed as exc:
+            err.print(
+                f"[yellow]The paused run was not resumed:[/] {exc}. The answer counts for the "
+                "next run."
+            )
+        else:
+            out.print(f"resumed flow run {question.flow_run_id}.")
+    ledger.close()
+
+
+@app.command("plan")
+def plan_command(
+    month: MonthOption,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """What the next run would do with MONTH's interrupted batches, and the cost at risk.
+    Reads the ledger only (never calls the AI)."""
+    from postledger.progress import open_read_only, recovery_table
+    from postledger.recovery import recovery_plan
+
+    month = _month(month)
+    settings = Settings()
+    ledger = open_read_only(settings)
+    if ledger is None:
+        err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
+        raise typer.Exit(1)
+    plan = recovery_plan(ledger, month, idempotent=settings.upstream_idempotent)
+    ledger.close()
+    if as_json:
+        sys.stdout.write(json.dumps({"month": month, **plan.summary()}, indent=2) + "\n")
+    else:
+        out.print(recovery_table(month, plan))
+
+
+@app.command()
+def breaker(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """The circuit breakers (one per upstream), their history and what to do. Reads the ledger
+    only (never calls the AI)."""
+    from postledger.progress import breaker_report, breaker_tables, open_read_only
+
+    settings = Settings()
+    ledger = open_read_only(settings)
+    report = breaker_report(ledger, settings.breaker_name())
+    if ledger is not None:
+        ledger.close()
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        for table in breaker_tables(report):
+            out.print(table)
+
+
+@app.command()
 def setup(
     tag_limit: Annotated[int, typer.Option(help="Batches in flight across all runs.")] = 2,
 ) -> None:
     """Prepare this machine: create the ledger and Prefect's `ai-batch` tag limit (idempotent)."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from flows.limits import ensure_tag_limit
+    from postledger.db import safe_url
     from postledger.ledger import Ledger
 
     settings = Settings()
     url = settings.resolved_database_url()
     Ledger(url).close()
-    out.print(f"ledger ready: {_safe_url(url)}")
+    out.print(f"ledger ready: {safe_url(url)}")
     limit = ensure_tag_limit(tag_limit)
     note = "" if limit == tag_limit else f" (left as it was; asked for {tag_limit})"
     out.print(f"Prefect tag limit tag:ai-batch = {limit}{note}")
@@ -168,6 +325,13 @@ def sim_serve(
     scenario: Annotated[
         Path | None, typer.Option(help="A JSON fault plan: {seed, rules: [...]}.")
     ] = None,
+    ignore_idempotency_keys: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-idempotency-keys",
+            help="Act like an upstream without idempotency: every create is a new, paid task.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the simulated task API until Ctrl-C. POSTLEDGER_SIM_API_KEY, if set, is required
     as the Bearer token. Faults (see postledger/sim/faults.py) can also be changed at run time
@@ -191,10 +355,5 @@ def sim_serve(
         api_key=os.environ.get("POSTLEDGER_SIM_API_KEY"),
         create_delay=create_delay,
         faults=plan,
+        honour_keys=not ignore_idempotency_keys,
     )
-
-
-def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

@@ -18,13 +18,15 @@ from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from postledger.analysis import OutputCheck
-from postledger.db import MonthLocks, create_schema, make_engine
+from postledger.approvals import Approvals
+from postledger.breaker import apply_signal, check_may_start
+from postledger.db import BREAKERS, WriteLocks, create_schema, make_engine
+from postledger.ledger_reads import LedgerError, LedgerReads
 from postledger.models import (
     BatchRecord,
     BatchStatus,
     Charge,
     EntityKind,
-    EventRecord,
     FailureKind,
     PostRecord,
     PostStatus,
@@ -32,12 +34,15 @@ from postledger.models import (
 )
 from postledger.planning import Sized, plan_batches
 from postledger.policy import Decision
-from postledger.posts import Post, fingerprint
+from postledger.posts import (
+    Post,
+    changed_parts,
+    fingerprint,
+    input_parts,
+    legacy_fingerprint,
+)
+from postledger.spill import SpillKind
 from postledger.states import Transitions
-
-
-class LedgerError(RuntimeError):
-    """The ledger cannot do what was asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,22 @@ def open_ledger(url: str) -> Ledger:
         return _shared[url]
 
 
-class Ledger:
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
+class Ledger(LedgerReads):
+    def __init__(
+        self, url: str, *, read_only: bool = False, busy_timeout: float | None = None
+    ) -> None:
+        from postledger.settings import Settings
+
         self.url = url
-        self.engine: Engine = make_engine(url, read_only=read_only)
+        self.engine: Engine = make_engine(
+            url,
+            read_only=read_only,
+            busy_timeout=busy_timeout or Settings().sqlite_busy_timeout,
+        )
         if not read_only:
             create_schema(self.engine)
-        self._locks = MonthLocks(self.engine)
+        self._locks = WriteLocks(self.engine)
+        self.approvals = Approvals(self.engine, self._locks)  # breakers and people's answers
 
     def close(self) -> None:
         self.engine.dispose()
@@ -91,11 +105,6 @@ class Ledger:
     def _write(self, month: str) -> Iterator[tuple[Session, Transitions]]:
         with self._locks.session(month) as session:
             yield session, Transitions(session, month)
-
-    @contextmanager
-    def _read(self) -> Iterator[Session]:
-        with Session(self.engine) as session:
-            yield session
 
     # --- input -----------------------------------------------------------------------------
 
@@ -111,6 +120,7 @@ class Ledger:
                 for p in session.exec(select(PostRecord).where(PostRecord.month == month))
             }
             for position, post in enumerate(posts):
+                parts = input_parts(post.text, model, prompt)
                 print_ = fingerprint(post.text, model, prompt)
                 record = known.get(post.id)
                 if record is None:
@@ -121,23 +131,32 @@ class Ledger:
                             position=position,
                             text=post.text,
                             fingerprint=print_,
+                            inputs=parts,
                         )
                     )
                     moves.created(EntityKind.POST, post.id, PostStatus.PENDING, "read from input")
                     new += 1
                     continue
                 record.position = position
+                if record.inputs is None and record.fingerprint == legacy_fingerprint(
+                    post.text, model, prompt
+                ):
+                    record.fingerprint, record.inputs = print_, parts  # same work, new digest
                 if record.fingerprint == print_:
                     unchanged += 1
                     session.add(record)
                     continue
+                # R25: nothing of the old work is reused: not its result, not its batch.
                 changed += 1
-                record.text, record.fingerprint = post.text, print_
+                why = f"input changed ({changed_parts(record.inputs, parts)}): starts over"
+                record.text, record.fingerprint, record.inputs = post.text, print_, parts
                 record.result, record.batch_id = None, None
+                # New work: its own limits (R15), whatever the old input cost.
+                record.attempts, record.requeues = 0, 0
                 if record.status is PostStatus.PENDING:
                     session.add(record)
                 else:
-                    moves.post(record, PostStatus.PENDING, "input changed (text, model or prompt)")
+                    moves.post(record, PostStatus.PENDING, why)
         return SyncReport(new=new, unchanged=unchanged, changed=changed)
 
     # --- planning --------------------------------------------------------------------------
@@ -231,26 +250,37 @@ class Ledger:
 
     # --- one batch's life ------------------------------------------------------------------
 
-    def mark_running(self, batch_id: str) -> tuple[BatchRecord, list[PostRecord]]:
+    def mark_running(
+        self, batch_id: str, upstream: str | None = None, *, idempotent: bool = True
+    ) -> tuple[BatchRecord, list[PostRecord]]:
         """Persist the intent to pay before paying (R3): the batch and its posts `running`,
         each post's business attempt counted. Only after this returns may the AI be called.
+        With `upstream`, its breaker is asked first, in the same transaction: `BreakerHeld`
+        when it does not let the batch start (R18), and nothing is changed.
 
-        A batch sent again with its same idempotency key is the same attempt: an upstream
-        that honours keys charges a key once, so the attempt is not counted twice."""
+        A batch sent again with its same idempotency key is the same attempt when the upstream
+        honours keys (it charges a key once); otherwise it is a new attempt."""
         month = month_of(batch_id)
         with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
+            if upstream is not None:
+                self._locks.also(session, BREAKERS)
+                check_may_start(session, upstream, batch)
             moves.batch(batch, BatchStatus.RUNNING, "about to call the upstream")
             posts = self._posts_of(session, batch, PostStatus.QUEUED)
-            if len(posts) != len(batch.post_ids):
-                raise LedgerError(
-                    f"batch {batch_id} lists {len(batch.post_ids)} posts but only "
-                    f"{len(posts)} are queued in it: the ledger changed under this run"
-                )
-            first = batch.charge is Charge.NONE
+            if batch.request is None:
+                if len(posts) != len(batch.post_ids):
+                    raise LedgerError(
+                        f"batch {batch_id} lists {len(batch.post_ids)} posts but only "
+                        f"{len(posts)} are queued in it: the ledger changed under this run"
+                    )
+                # What is sent is kept: a send again under the same key must be the same
+                # request, even if some posts changed since (they have left the batch, R25).
+                batch.request = [[p.post_id, p.text] for p in posts]
+            first = batch.charge is Charge.NONE or not idempotent
             batch.sends += 1
             batch.not_before = None
-            if first:
+            if batch.charge is Charge.NONE:
                 batch.charge = Charge.POSSIBLE
             for post in posts:
                 post.attempts += 1 if first else 0
@@ -283,12 +313,30 @@ class Ledger:
             for post in self._posts_of(session, batch, PostStatus.RUNNING):
                 moves.post(post, PostStatus.RECEIVED, "output saved, not yet validated")
 
-    def apply(self, batch_id: str, decision: Decision, check: OutputCheck | None = None) -> None:
+    def apply(
+        self,
+        batch_id: str,
+        decision: Decision,
+        check: OutputCheck | None = None,
+        *,
+        upstream: str | None = None,
+    ) -> None:
         """Carry out a business decision (postledger.policy) in one transaction: successes
-        saved first (R13), the others retried, split, made to wait or ended with a reason."""
+        saved first (R13), the others retried, split, made to wait or ended with a reason;
+        and what the outcome tells `upstream`'s breaker (R18)."""
         month = month_of(batch_id)
         with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
+            if upstream is not None and decision.signal is not None:
+                self._locks.also(session, BREAKERS)
+                apply_signal(
+                    session,
+                    upstream,
+                    decision.signal,
+                    f"{batch_id}: {decision.why}",
+                    month=month,
+                    sent_at=batch.started_at,
+                )
             posts = {
                 p.post_id: p
                 for p in self._posts_of(session, batch, PostStatus.RUNNING, PostStatus.RECEIVED)
@@ -321,6 +369,49 @@ class Ledger:
             moves.batch(batch, decision.batch_to, decision.why, failure=decision.kind)
             batch.not_before = decision.batch_not_before
 
+    def import_spill(self, records: list[dict[str, Any]]) -> int:
+        """Take in what batches spilled while the ledger could not be written (R20). Safe to
+        repeat: a fact the ledger already has is skipped. Returns the records taken in."""
+        taken = 0
+        for record in records:
+            batch_id = record["batch_id"]
+            kind = SpillKind(record["kind"])
+            with self._write(month_of(batch_id)) as (session, moves):
+                batch = self._batch(session, batch_id)
+                task_id = record.get("task_id")
+                if task_id and batch.upstream_task_id is None:
+                    batch.upstream_task_id, batch.charge = task_id, Charge.CONFIRMED
+                    session.add(batch)
+                    taken += kind is SpillKind.TASK_ID
+                if kind is SpillKind.REQUEST_RETRY:
+                    batch.request_retries += 1
+                    session.add(batch)
+                    taken += 1
+                if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
+                    why = "output saved from the spill file, not yet validated"
+                    batch.raw_output, batch.usage = record["output"], record.get("usage")
+                    moves.batch(batch, BatchStatus.RECEIVED, why)
+                    for post in self._posts_of(session, batch, PostStatus.RUNNING):
+                        moves.post(post, PostStatus.RECEIVED, why)
+                    taken += 1
+        return taken
+
+    def resend_later(self, batch_id: str, why: str) -> None:
+        """A person confirmed that an interrupted batch with no task id may be sent again
+        (R24): back to `queued`, with its same idempotency key and request."""
+        with self._write(month_of(batch_id)) as (session, moves):
+            batch = self._batch(session, batch_id)
+            moves.batch(batch, BatchStatus.QUEUED, why)
+            for post in self._posts_of(session, batch, PostStatus.RUNNING):
+                moves.post(post, PostStatus.QUEUED, why)
+
+    def close_emptied(self, batch_id: str) -> None:
+        """An interrupted batch whose posts all changed since (R25): nothing of it is reused."""
+        with self._write(month_of(batch_id)) as (session, moves):
+            batch = self._batch(session, batch_id)
+            why = "every post of it changed since it was sent: its result is not reused"
+            moves.batch(batch, BatchStatus.FAILED, why, failure=FailureKind.INPUT_CHANGED)
+
     def release_due(self, month: str, now: datetime | None = None) -> int:
         """Posts whose wait is over go back to `pending`, to be planned again (R11)."""
         now = now or utcnow()
@@ -350,28 +441,6 @@ class Ledger:
                 moves.post(post, PostStatus.PENDING, f"retry asked for ({post.failure_kind})")
         return len(failed)
 
-    def runnable_batches(self, month: str, now: datetime | None = None) -> list[BatchRecord]:
-        """Queued batches that may start now, in start order (R9)."""
-        now = now or utcnow()
-        return [
-            b
-            for b in self.batches(month, BatchStatus.QUEUED)
-            if b.not_before is None or b.not_before <= now
-        ]
-
-    def next_wake(self, month: str, skip: set[str] | None = None) -> datetime | None:
-        """When the earliest waiting post or held-back batch (other than `skip`) may go; None
-        if nothing waits."""
-        now = utcnow()
-        skip = skip or set()
-        times = [p.not_before or now for p in self.posts(month, PostStatus.WAITING)]
-        times += [
-            b.not_before or now
-            for b in self.batches(month, BatchStatus.QUEUED)
-            if b.batch_id not in skip
-        ]
-        return min(times) if times else None
-
     def count_request_retry(self, batch_id: str) -> None:
         """One more request-layer retry for this batch (R16: not a business attempt)."""
         month = month_of(batch_id)
@@ -379,68 +448,3 @@ class Ledger:
             batch = self._batch(session, batch_id)
             batch.request_retries += 1
             session.add(batch)
-
-    # --- reading ---------------------------------------------------------------------------
-
-    def counts(self, month: str) -> dict[PostStatus, int]:
-        with self._read() as session:
-            rows = session.exec(
-                select(PostRecord.status, func.count())
-                .where(PostRecord.month == month)
-                .group_by(PostRecord.status)
-            ).all()
-        counts = {status: 0 for status in PostStatus}
-        counts.update({PostStatus(status): n for status, n in rows})
-        return counts
-
-    def posts(self, month: str, *statuses: PostStatus) -> list[PostRecord]:
-        with self._read() as session:
-            query = select(PostRecord).where(PostRecord.month == month)
-            if statuses:
-                query = query.where(col(PostRecord.status).in_(statuses))
-            return list(session.exec(query.order_by(col(PostRecord.position))))
-
-    def batches(self, month: str, *statuses: BatchStatus) -> list[BatchRecord]:
-        with self._read() as session:
-            query = select(BatchRecord).where(BatchRecord.month == month)
-            if statuses:
-                query = query.where(col(BatchRecord.status).in_(statuses))
-            return list(session.exec(query.order_by(col(BatchRecord.seq))))
-
-    def posts_of(self, batch_id: str) -> list[PostRecord]:
-        """The posts that are in the batch now, in file order."""
-        with self._read() as session:
-            return self._posts_of(session, self._batch(session, batch_id))
-
-    def batch(self, batch_id: str) -> BatchRecord:
-        with self._read() as session:
-            return self._batch(session, batch_id)
-
-    def events(self, month: str) -> list[EventRecord]:
-        with self._read() as session:
-            return list(
-                session.exec(
-                    select(EventRecord)
-                    .where(EventRecord.month == month)
-                    .order_by(col(EventRecord.seq))
-                )
-            )
-
-    # --- helpers ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _batch(session: Session, batch_id: str) -> BatchRecord:
-        batch = session.get(BatchRecord, batch_id)
-        if batch is None:
-            raise LedgerError(f"no batch {batch_id!r} in the ledger")
-        return batch
-
-    @staticmethod
-    def _posts_of(session: Session, batch: BatchRecord, *statuses: PostStatus) -> list[PostRecord]:
-        """The posts that are in `batch` now (a post may have moved on to a later batch)."""
-        query = select(PostRecord).where(
-            PostRecord.month == batch.month, PostRecord.batch_id == batch.batch_id
-        )
-        if statuses:
-            query = query.where(col(PostRecord.status).in_(statuses))
-        return list(session.exec(query.order_by(col(PostRecord.position))))

@@ -85,6 +85,30 @@ class FailureKind(StrEnum):
     QUOTA = "quota"  # out of balance
     PERMISSION = "permission"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    INPUT_CHANGED = "input_changed"  # a batch whose posts all changed before it came back (R25)
+
+
+class BreakerLevel(StrEnum):
+    """The circuit breaker of one upstream (R18): how many batches may be in flight."""
+
+    NORMAL = "normal"  # the usual window (2)
+    PROBE = "probe"  # one at a time: after one final transport failure, or a person's continue
+    OPEN = "open"  # nothing new starts until a person says continue (R19)
+
+
+class Question(StrEnum):
+    """What a paused run asks a person."""
+
+    BREAKER = "breaker"  # the breaker is open: continue or stop (R19)
+    RECOVERY = "recovery"  # interrupted batches: poll known tasks, resubmit unknown ones (R22-R24)
+
+
+class Answer(StrEnum):
+    """How a question put to a person (a paused run) ended."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    TIMED_OUT = "timed_out"  # nobody answered in time: treated as stop
 
 
 class EntityKind(StrEnum):
@@ -103,6 +127,8 @@ class PostRecord(SQLModel, table=True):
     position: int
     text: str = Field(sa_column=Column(Text, nullable=False))
     fingerprint: str = Field(max_length=64)
+    # The parts of the fingerprint (postledger.posts.input_parts): to say what changed (R25).
+    inputs: dict[str, str] | None = Field(default=None, sa_column=Column(JSON))
     status: PostStatus = Field(default=PostStatus.PENDING, index=True)
     # Business attempts (R15, R16): submissions that contained this post and may have been
     # charged. A submission the upstream certainly never took is given back.
@@ -128,6 +154,8 @@ class BatchRecord(SQLModel, table=True):
     month: str = Field(index=True, max_length=7)
     seq: int  # 1, 2, … within the month: start order (R9)
     post_ids: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    # [[post id, text], ...] as first sent: every send under this key sends exactly this.
+    request: list[list[str]] | None = Field(default=None, sa_column=Column(JSON))
     status: BatchStatus = Field(default=BatchStatus.QUEUED, index=True)
     # Set on the halves of a batch whose whole output was unusable (R12): they are not split again.
     split_from: str | None = None
@@ -171,3 +199,58 @@ class EventRecord(SQLModel, table=True):
     to_status: str
     why: str = Field(sa_column=Column(Text, nullable=False))
     at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class BreakerRecord(SQLModel, table=True):
+    """The breaker of one upstream, shared by every month and every run (R18, R19)."""
+
+    __tablename__ = "breakers"
+
+    upstream: str = Field(primary_key=True)  # a stable name, never a URL with credentials
+    level: BreakerLevel = BreakerLevel.NORMAL
+    # Final transport failures with no success in between; request retries never count.
+    failures: int = 0
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    changed_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class BreakerEventRecord(SQLModel, table=True):
+    """Append-only history of a breaker: every change of level, and every person's answer."""
+
+    __tablename__ = "breaker_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    upstream: str = Field(index=True)
+    month: str | None = Field(default=None, max_length=7)  # the run that caused it, if any
+    from_level: BreakerLevel
+    to_level: BreakerLevel
+    why: str = Field(sa_column=Column(Text, nullable=False))
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class ApprovalRecord(SQLModel, table=True):
+    """A question put to a person by a paused run, and the answer.
+
+    The paused run's id and its Prefect API are kept here so that `postledger approve` can find
+    and resume it from any terminal, and so that an answer given while no run waits still
+    counts for the next run."""
+
+    __tablename__ = "approvals"
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    upstream: str
+    kind: Question = Question.BREAKER
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    # RECOVERY: the interrupted batches the question is about, and the yes given for each group.
+    batch_ids: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    poll: bool | None = None
+    resubmit: bool | None = None
+    used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    flow_run_id: str | None = None
+    prefect_api_url: str | None = None
+    asked_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    answer: Answer | None = None  # None while unanswered
+    note: str | None = Field(default=None, sa_column=Column(Text))
+    answered_by: str | None = None  # "Prefect UI", "postledger approve", "timeout"
+    answered_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))

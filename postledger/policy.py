@@ -7,11 +7,12 @@ run; what is decided here is a new *business* attempt, a wait, a split, or an en
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from postledger.analysis import OutputCheck
+from postledger.breaker import Signal
 from postledger.models import BatchRecord, BatchStatus, FailureKind, PostRecord, PostStatus
 
 
@@ -61,6 +62,7 @@ class Decision:
     batch_not_before: datetime | None = None  # when batch_to is queued: not before this
     nothing_charged: bool = False  # the batch's charge goes back to none
     stop_run: str | None = None  # R14: no further batch may start in this run; what to fix
+    signal: Signal | None = None  # what the outcome tells the upstream's breaker (R18)
 
 
 STOPPING = frozenset({FailureKind.AUTH, FailureKind.QUOTA, FailureKind.PERMISSION})
@@ -102,7 +104,13 @@ def retry_or_fail(post: PostRecord, why: str, kind: FailureKind, limits: Limits)
 def after_output(
     batch: BatchRecord, posts: list[PostRecord], check: OutputCheck, limits: Limits
 ) -> Decision:
-    """R12 and R13: a saved output was checked."""
+    """R12 and R13: a saved output was checked. The upstream delivered: a breaker success."""
+    return replace(_after_output(batch, posts, check, limits), signal=Signal.SUCCESS)
+
+
+def _after_output(
+    batch: BatchRecord, posts: list[PostRecord], check: OutputCheck, limits: Limits
+) -> Decision:
     if check.unusable is not None:
         if len(posts) > 1 and batch.split_from is None:
             half = len(posts) // 2
@@ -146,7 +154,23 @@ def after_failure(
     limits: Limits,
     now: datetime,
 ) -> Decision:
-    """R10, R11, R14, R17, R26: the batch's upstream calls ended without an output."""
+    """R10, R11, R14, R17, R26: the batch's upstream calls ended without an output. A final
+    transport failure also counts against the upstream's breaker (R18)."""
+    decision = _after_failure(batch, posts, failure, idempotent=idempotent, limits=limits, now=now)
+    if failure.kind is FailureKind.TRANSPORT:
+        return replace(decision, signal=Signal.TRANSPORT_FAILURE)
+    return decision
+
+
+def _after_failure(
+    batch: BatchRecord,
+    posts: list[PostRecord],
+    failure: Failure,
+    *,
+    idempotent: bool,
+    limits: Limits,
+    now: datetime,
+) -> Decision:
     # Only the first send of a key can be given back: an earlier send may have been charged.
     refundable = failure.reach is Reach.NEVER and batch.sends == 1 and not batch.upstream_task_id
 

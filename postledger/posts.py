@@ -67,13 +67,40 @@ def default_posts_path(data_dir: Path, month: str) -> Path:
     return data_dir / f"{month}.jsonl"
 
 
+def input_parts(text: str, model: str, prompt: str) -> dict[str, str]:
+    """What a post's result depends on (R25), part by part, so that a change can be named:
+    its text, the model, the prompt template and the version of the output schema."""
+    from postledger.analysis import SCHEMA_VERSION
+
+    return {
+        "text": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
+        "model": model,
+        "prompt": hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16],
+        "schema": SCHEMA_VERSION,
+    }
+
+
 def fingerprint(text: str, model: str, prompt: str) -> str:
-    """What the result depends on (R25): a changed text, model or prompt is new work."""
+    """One digest of `input_parts`: equal fingerprints, reusable results."""
+    parts = input_parts(text, model, prompt)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def legacy_fingerprint(text: str, model: str, prompt: str) -> str:
+    """The fingerprint of ledgers written before the schema version was part of it: a record
+    that matches it is unchanged work, and is upgraded rather than paid for again."""
     digest = hashlib.sha256()
     for part in (text, model, prompt):
         digest.update(part.encode("utf-8"))
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def changed_parts(old: dict[str, str] | None, new: dict[str, str]) -> str:
+    """Which parts differ, for the event log ("text, prompt")."""
+    if not old:
+        return "text, model, prompt or schema"
+    return ", ".join(part for part in new if old.get(part) != new[part]) or "fingerprint"
 
 
 def load_posts(path: Path) -> list[Post]:

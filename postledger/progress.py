@@ -13,6 +13,7 @@ from sqlalchemy.engine import make_url
 from postledger.ledger import Ledger
 from postledger.models import BatchStatus, PostStatus
 from postledger.policy import CONTINUE_HINTS
+from postledger.recovery import RecoveryPlan
 from postledger.settings import Settings
 
 UNFINISHED = (
@@ -99,4 +100,109 @@ def failures_table(report: dict[str, Any]) -> Table | None:
             failure["sample_reason"] or "",
             failure["how_to_continue"] or "",
         )
+    return table
+
+
+def breaker_report(ledger: Ledger | None, configured: str) -> dict[str, Any]:
+    """Every breaker the ledger knows, plus the configured upstream's (normal if it never
+    tripped), each with its history and advice; and the questions that wait for a person."""
+    from postledger.breaker import advice
+    from postledger.models import BreakerRecord
+
+    known = ledger.approvals.breakers() if ledger is not None else []
+    if configured not in {b.upstream for b in known}:
+        known.append(BreakerRecord(upstream=configured))
+    breakers = []
+    for breaker in known:
+        history = ledger.approvals.history(breaker.upstream) if ledger is not None else []
+        breakers.append(
+            {
+                "upstream": breaker.upstream,
+                "level": breaker.level.value,
+                "failures_in_a_row": breaker.failures,
+                "since": breaker.changed_at.isoformat() if history else None,
+                "reason": breaker.reason,
+                "what_to_do": advice(breaker.level),
+                "history": [
+                    {
+                        "at": e.at.isoformat(),
+                        "month": e.month,
+                        "from": e.from_level.value,
+                        "to": e.to_level.value,
+                        "why": e.why,
+                    }
+                    for e in history
+                ],
+            }
+        )
+    waiting = ledger.approvals.all_waiting() if ledger is not None else []
+    return {
+        "breakers": breakers,
+        "waiting_for_a_person": [
+            {
+                "month": q.month,
+                "upstream": q.upstream,
+                "asked_at": q.asked_at.isoformat(),
+                "flow_run_id": q.flow_run_id,
+                "answer_with": f"postledger approve --month {q.month} [--stop]",
+            }
+            for q in waiting
+        ],
+    }
+
+
+def breaker_tables(report: dict[str, Any]) -> list[Table]:
+    tables = []
+    for breaker in report["breakers"]:
+        style = {"normal": "green", "probe": "yellow", "open": "red"}[breaker["level"]]
+        table = Table(
+            title=f"breaker of {breaker['upstream']}: [{style}]{breaker['level']}[/] — "
+            f"{breaker['what_to_do']}",
+            title_justify="left",
+        )
+        for column in ("at (UTC)", "month", "change", "why"):
+            table.add_column(column, overflow="fold")
+        for event in breaker["history"]:
+            change = (
+                event["to"] if event["from"] == event["to"] else f"{event['from']} → {event['to']}"
+            )
+            table.add_row(event["at"][:19], event["month"] or "", change, event["why"])
+        tables.append(table)
+    if report["waiting_for_a_person"]:
+        table = Table(title="paused runs waiting for a person", title_justify="left")
+        for column in ("month", "asked at (UTC)", "answer with"):
+            table.add_column(column)
+        for q in report["waiting_for_a_person"]:
+            table.add_row(q["month"], q["asked_at"][:19], q["answer_with"])
+        tables.append(table)
+    return tables
+
+
+def recovery_table(month: str, plan: RecoveryPlan) -> Table:
+    summary = plan.summary()
+    at_risk = (
+        "none: the upstream honours idempotency keys"
+        if plan.idempotent
+        else f"about {plan.double_charge_tokens} input tokens, if every resubmission is confirmed"
+    )
+    table = Table(
+        title=f"{month}: interrupted batches — possible double charge: {at_risk}",
+        title_justify="left",
+    )
+    for column in ("action", "batches", "posts", "needs a yes", "how"):
+        table.add_column(column, overflow="fold")
+    how = {
+        "finish_locally": "the next run, from the saved output (no AI call)",
+        "poll": "`postledger run --poll`, or yes (default) in the paused run's form",
+        "resubmit": "`postledger run --resubmit`, or yes in the paused run's form",
+        "close": "the next run (every post changed since)",
+    }
+    for action, group in summary["groups"].items():
+        if group["batches"]:
+            needs = "yes" if action in ("poll", "resubmit") else "no"
+            table.add_row(
+                action, ", ".join(group["batches"]), str(group["posts"]), needs, how[action]
+            )
+    if not plan.steps:
+        table.add_row("none", "", "0", "no", "nothing was interrupted")
     return table

@@ -13,13 +13,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from postledger.ledger import Ledger
+from postledger.models import Question
 from postledger.posts import InputError, default_posts_path, load_posts
 from postledger.progress import failures_table, status_of, status_table
 from postledger.settings import Settings
 from postledger.sim.server import simulator_process
 
 
-def run_month(month: str, posts_path: Path | None, *, sim_latency: float, console: Console) -> int:
+def run_month(
+    month: str,
+    posts_path: Path | None,
+    *,
+    sim_latency: float,
+    console: Console,
+    poll: bool | None = None,
+    resubmit: bool | None = None,
+) -> int:
     """Returns the exit code: 0 when every post ended (completed or failed), 1 otherwise."""
     settings = Settings()
     path = posts_path or default_posts_path(settings.data_dir, month)
@@ -36,6 +45,8 @@ def run_month(month: str, posts_path: Path | None, *, sim_latency: float, consol
             "simulator. No real AI is called and nothing is paid.[/]"
         )
         simulator = simulator_process(latency=sim_latency)
+        # One name for every run's simulator, whatever its port: its breaker persists (R19).
+        os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
     from flows.local_server import local_prefect_server
 
     # Prefect's local mode, through our launcher (see flows/local_server.py for why), unless
@@ -51,7 +62,7 @@ def run_month(month: str, posts_path: Path | None, *, sim_latency: float, consol
             from flows.monthly import RunStopped, monthly_posts
 
             try:
-                monthly_posts(month=month, posts_path=str(path))
+                monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)
             except InputError as exc:
                 console.print(f"[red]error:[/] {exc}")
                 return 2
@@ -88,12 +99,20 @@ def _progress_bar(ledger: Ledger, month: str, total: int, console: Console) -> I
             report = status_of(ledger, month)
             if report is None:
                 continue
-            progress.update(
-                bar,
-                completed=report["completed"] + report["failed"],
-                detail=f"{report['completed']} completed, {report['failed']} failed, "
-                f"{report['counts']['running']} running",
+            detail = (
+                f"{report['completed']} completed, {report['failed']} failed, "
+                f"{report['counts']['running']} running"
             )
+            if (question := ledger.approvals.waiting(month)) is not None:
+                detail = (
+                    "[red]paused: the circuit breaker is open.[/] Answer in the Prefect UI or "
+                    f"with `postledger approve --month {month} [--stop]`"
+                    if question.kind is Question.BREAKER
+                    else "[red]paused: interrupted batches need a yes.[/] See `postledger plan "
+                    f"--month {month}`; answer in the Prefect UI or with `postledger approve "
+                    f"--month {month} --poll [--resubmit]`"
+                )
+            progress.update(bar, completed=report["completed"] + report["failed"], detail=detail)
 
     watcher = threading.Thread(target=refresh, name="postledger-progress", daemon=True)
     with progress:

@@ -6,9 +6,11 @@ Blocks (a later issue) fill the same model, so the core never asks where a value
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 from postledger.policy import Limits
 
@@ -28,11 +30,24 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the ledger; default: SQLite at .postledger/ledger.db",
     )
     data_dir: Path = Field(default=Path("data/posts"), description="where YYYY-MM.jsonl live")
+    sqlite_busy_timeout: float = Field(
+        default=30.0, gt=0, description="seconds a SQLite write waits for another writer"
+    )
+    spill_path: Path | None = Field(
+        default=None,
+        description="where batch results go when the ledger cannot be written (R20); default: "
+        "next to the SQLite file, or .postledger/spill.jsonl",
+    )
 
     # --- upstream (the paid AI service) ---
     upstream_url: str | None = Field(
         default=None,
         description="base URL of the task API; unset: `postledger run` starts the simulator",
+    )
+    upstream_name: str | None = Field(
+        default=None,
+        description="stable name of the upstream, the key of its circuit breaker; default: "
+        "host:port of upstream_url, or `simulator`",
     )
     api_key: SecretStr | None = Field(default=None, description="sent as Authorization: Bearer")
     model: str = "sim-analyst-1"
@@ -70,6 +85,17 @@ class Settings(BaseSettings):
     )
     rate_limit_max_wait: float = Field(default=600.0, ge=0, description="cap on Retry-After")
 
+    # --- asking a person (R19, R24) ---
+    approval_timeout: int = Field(
+        default=86_400,
+        ge=1,
+        description="seconds a paused run waits for a person before it stops (default 24 h: "
+        "long enough to answer the next morning)",
+    )
+    approval_poll: float = Field(
+        default=10.0, gt=0, description="seconds between a paused run's looks for an answer"
+    )
+
     def limits(self) -> Limits:
         return Limits(
             max_attempts=self.max_attempts,
@@ -82,6 +108,24 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
+
+    def breaker_name(self) -> str:
+        """The key of the upstream's breaker: the same for every run against it (R19)."""
+        if self.upstream_name:
+            return self.upstream_name
+        if not self.upstream_url:
+            return "simulator"
+        parsed = urlsplit(self.upstream_url)
+        return f"{parsed.hostname}:{parsed.port}" if parsed.port else str(parsed.hostname)
+
+    def resolved_spill_path(self) -> Path:
+        """R20: the append-only file that keeps what the ledger could not take."""
+        if self.spill_path:
+            return self.spill_path
+        url = make_url(self.resolved_database_url(create_folder=False))
+        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+            return Path(f"{url.database}.spill.jsonl")
+        return Path.cwd() / ".postledger" / "spill.jsonl"
 
     def resolved_database_url(self, *, create_folder: bool = True) -> str:
         """The ledger's URL: POSTLEDGER_DATABASE_URL, or SQLite at ./.postledger/ledger.db."""

@@ -15,6 +15,9 @@ from sqlmodel import Session, select
 from postledger.models import (
     BatchRecord,
     BatchStatus,
+    BreakerEventRecord,
+    BreakerLevel,
+    BreakerRecord,
     EntityKind,
     EventRecord,
     FailureKind,
@@ -51,12 +54,23 @@ BATCH_TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
 }
 
 
+L = BreakerLevel
+
+# R18, R19: normal -> probe -> open on final transport failures; a success in probe closes it;
+# only a person's "continue" leaves open, and then to probe (one batch at a time first).
+BREAKER_TRANSITIONS: Mapping[BreakerLevel, frozenset[BreakerLevel]] = {
+    L.NORMAL: frozenset({L.PROBE}),
+    L.PROBE: frozenset({L.NORMAL, L.OPEN}),
+    L.OPEN: frozenset({L.PROBE}),
+}
+
+
 class IllegalTransition(RuntimeError):
     """A status change that the state machine does not allow; nothing was changed."""
 
-    def __init__(self, entity: EntityKind, entity_id: str, current: str, target: str) -> None:
+    def __init__(self, entity: str, entity_id: str, current: str, target: str) -> None:
         super().__init__(
-            f"{entity.value} {entity_id!r}: {current} -> {target} is not allowed "
+            f"{entity} {entity_id!r}: {current} -> {target} is not allowed "
             f"(this is a bug in postledger: the ledger was left as it was)"
         )
         self.current = current
@@ -149,3 +163,41 @@ class Transitions:
             )
         )
         self._next_seq += 1
+
+
+def move_breaker(
+    session: Session,
+    breaker: BreakerRecord,
+    target: BreakerLevel,
+    why: str,
+    *,
+    month: str | None = None,
+) -> None:
+    """Change a breaker's level (in the caller's transaction, which holds the breaker lock)."""
+    if target not in BREAKER_TRANSITIONS[breaker.level]:
+        raise IllegalTransition("breaker", breaker.upstream, breaker.level, target)
+    note_breaker(session, breaker, why, month=month, target=target)
+    breaker.level = target
+    breaker.reason = why
+    breaker.changed_at = utcnow()
+    session.add(breaker)
+
+
+def note_breaker(
+    session: Session,
+    breaker: BreakerRecord,
+    why: str,
+    *,
+    month: str | None = None,
+    target: BreakerLevel | None = None,
+) -> None:
+    """Log something that happened to a breaker; with no `target`, its level stays."""
+    session.add(
+        BreakerEventRecord(
+            upstream=breaker.upstream,
+            month=month,
+            from_level=breaker.level,
+            to_level=target or breaker.level,
+            why=why,
+        )
+    )

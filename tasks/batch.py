@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from postledger.analysis import check_output
+from postledger.breaker import BreakerHeld
+from postledger.crash import CrashPoint, crash_point
+from postledger.db import LedgerUnavailable
 from postledger.failures import failure_of
 from postledger.ledger import open_ledger
 from postledger.models import BatchStatus, FailureKind, utcnow
-from postledger.policy import Decision, Failure, after_failure, after_output
+from postledger.policy import Decision, Failure, after_failure
+from postledger.recovery import finish_from_output
 from postledger.settings import Settings
+from postledger.spill import Spill, SpillKind
 from postledger.upstream import UpstreamError
 from tasks.upstream_calls import (
     create_upstream_task,
@@ -35,6 +39,8 @@ class BatchOutcome:
     why: str
     kind: FailureKind | None = None
     stop_run: str | None = None  # R14: what a person must fix before anything else is sent
+    held: bool = False  # the breaker did not let it start: still queued, nothing paid (R18)
+    ledger_failure: str | None = None  # a ledger write failed: nothing new may start (R20)
 
     @classmethod
     def of(cls, batch_id: str, decision: Decision) -> BatchOutcome:
@@ -48,17 +54,36 @@ class BatchOutcome:
     cache_policy=NO_CACHE,
     persist_result=False,
 )
-async def process_batch(batch_id: str, ledger_url: str) -> BatchOutcome:
+async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) -> BatchOutcome:
+    """Send the batch and see it through. With `resume`, the batch was sent by an earlier,
+    interrupted run and its upstream task id is saved: poll that task, send nothing (R23)."""
     logger = get_run_logger()
     settings = Settings()
-    limits = settings.limits()
+    upstream = settings.breaker_name()
     ledger = open_ledger(ledger_url)
-    batch, posts = ledger.mark_running(batch_id)
+    if resume:
+        batch, posts = ledger.batch(batch_id), ledger.posts_of(batch_id)
+    else:
+        try:
+            batch, posts = ledger.mark_running(
+                batch_id, upstream, idempotent=settings.upstream_idempotent
+            )
+        except BreakerHeld as exc:
+            return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), held=True)
+        except LedgerUnavailable as exc:  # no record, no call (R20)
+            return BatchOutcome(batch_id, BatchStatus.QUEUED, "not sent", ledger_failure=str(exc))
+        crash_point(CrashPoint.AFTER_RUNNING)
 
     try:
-        task_id = await with_request_retries(create_upstream_task, settings)(
-            batch_id, [(p.post_id, p.text) for p in posts], batch.idempotency_key, ledger_url
-        )
+        if resume and batch.upstream_task_id:
+            task_id = batch.upstream_task_id
+        else:
+            task_id = await with_request_retries(create_upstream_task, settings)(
+                batch_id,
+                [(post_id, text) for post_id, text in batch.request or []],
+                batch.idempotency_key,
+                ledger_url,
+            )
         snapshot = await with_request_retries(wait_for_upstream_task, settings)(
             batch_id, task_id, ledger_url
         )
@@ -67,25 +92,44 @@ async def process_batch(batch_id: str, ledger_url: str) -> BatchOutcome:
                 f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
             )
     except UpstreamError as exc:
-        batch = ledger.batch(batch_id)
         failure: Failure = failure_of(exc)
-        decision = after_failure(
-            batch,
-            posts,
-            failure,
-            idempotent=settings.upstream_idempotent,
-            limits=limits,
-            now=utcnow(),
-        )
-        ledger.apply(batch_id, decision)
-        logger.warning(
-            "%s: %s (%s) -> %s", batch_id, failure.reason, failure.kind, decision.batch_to
-        )
+        logger.warning("%s: %s (%s)", batch_id, failure.reason, failure.kind)
+        try:
+            decision = after_failure(
+                ledger.batch(batch_id),
+                posts,
+                failure,
+                idempotent=settings.upstream_idempotent,
+                limits=settings.limits(),
+                now=utcnow(),
+            )
+            ledger.apply(batch_id, decision, upstream=upstream)
+        except LedgerUnavailable as ledger_exc:
+            return BatchOutcome(
+                batch_id, BatchStatus.RUNNING, failure.reason, ledger_failure=str(ledger_exc)
+            )
         return BatchOutcome.of(batch_id, decision)
 
-    ledger.save_output(batch_id, snapshot.output, snapshot.usage)
-    check = check_output(snapshot.output, batch.post_ids)
-    decision = after_output(batch, ledger.posts_of(batch_id), check, limits)
-    ledger.apply(batch_id, decision, check)
+    crash_point(CrashPoint.AFTER_OUTPUT)
+    try:
+        ledger.save_output(batch_id, snapshot.output, snapshot.usage)
+    except LedgerUnavailable as exc:
+        # R20: paid for and delivered; the next run imports it instead of paying again.
+        Spill(settings.resolved_spill_path()).add(
+            SpillKind.OUTPUT,
+            batch_id,
+            task_id=task_id,
+            output=snapshot.output,
+            usage=snapshot.usage,
+        )
+        logger.error("%s: output kept in the spill file: %s", batch_id, exc)
+        return BatchOutcome(batch_id, BatchStatus.RUNNING, "spilled", ledger_failure=str(exc))
+
+    crash_point(CrashPoint.DURING_VALIDATION)
+    try:
+        decision = finish_from_output(ledger, batch_id, settings.limits(), upstream)
+    except LedgerUnavailable as exc:  # the output is saved: the next run validates it (R21)
+        return BatchOutcome(batch_id, BatchStatus.RECEIVED, "saved", ledger_failure=str(exc))
+    crash_point(CrashPoint.AFTER_COMPLETED)
     logger.info("%s: %s", batch_id, decision.why)
     return BatchOutcome.of(batch_id, decision)

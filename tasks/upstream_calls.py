@@ -14,8 +14,11 @@ from prefect.runtime import task_run as current_task_run
 from prefect.states import State
 from prefect.tasks import exponential_backoff
 
+from postledger.crash import CrashPoint, crash_point
+from postledger.db import LedgerUnavailable
 from postledger.ledger import open_ledger
 from postledger.settings import Settings
+from postledger.spill import Spill, SpillKind
 from postledger.upstream import (
     AmbiguousCreate,
     TaskApiClient,
@@ -51,9 +54,12 @@ def client_for(settings: Settings) -> TaskApiClient:
     )
 
 
-def _count_retry(ledger_url: str, batch_id: str) -> None:
+def _count_retry(ledger_url: str, batch_id: str, settings: Settings) -> None:
     if current_task_run.run_count > 1:
-        open_ledger(ledger_url).count_request_retry(batch_id)
+        try:
+            open_ledger(ledger_url).count_request_retry(batch_id)
+        except LedgerUnavailable:  # the batch is already paid for: keep the count, go on
+            Spill(settings.resolved_spill_path()).add(SpillKind.REQUEST_RETRY, batch_id)
 
 
 @task(
@@ -74,7 +80,7 @@ async def create_upstream_task(
     Retried only when that cannot pay twice: the request never left, or the upstream honours
     the idempotency key that every create carries."""
     settings = Settings()
-    _count_retry(ledger_url, batch_id)
+    _count_retry(ledger_url, batch_id, settings)
     async with client_for(settings) as client:
         try:
             task_id = await client.create_task(
@@ -87,7 +93,14 @@ async def create_upstream_task(
             if exc.maybe_sent and not settings.upstream_idempotent:
                 raise AmbiguousCreate(str(exc)) from None
             raise
-    open_ledger(ledger_url).record_task_id(batch_id, task_id)
+    crash_point(CrashPoint.AFTER_CREATE)
+    try:
+        open_ledger(ledger_url).record_task_id(batch_id, task_id)
+    except LedgerUnavailable:
+        # R20: the task is made and paid for; keep its id where the next run finds it, and
+        # let the batch finish.
+        Spill(settings.resolved_spill_path()).add(SpillKind.TASK_ID, batch_id, task_id=task_id)
+    crash_point(CrashPoint.AFTER_TASK_ID)
     return task_id
 
 
@@ -101,7 +114,7 @@ async def create_upstream_task(
 async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -> TaskSnapshot:
     """Poll the upstream task until it ends; polling never pays, so it is always safe to retry."""
     settings = Settings()
-    _count_retry(ledger_url, batch_id)
+    _count_retry(ledger_url, batch_id, settings)
     async with client_for(settings) as client:
         return await client.wait_for_task(
             task_id,

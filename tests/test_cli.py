@@ -32,7 +32,7 @@ def postledger(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Comple
 def test_help_explains_every_command(tmp_path: Path) -> None:
     result = postledger("--help", cwd=tmp_path)
     assert result.returncode == 0
-    for command in ("run", "status", "setup", "sample", "sim"):
+    for command in ("run", "status", "approve", "breaker", "setup", "sample", "sim"):
         assert command in result.stdout
 
 
@@ -105,3 +105,25 @@ def test_status_of_an_unknown_month(tmp_path: Path) -> None:
     result = postledger("status", "--month", "2026-10", cwd=tmp_path)
     assert result.returncode == 1
     assert "knows nothing of 2026-10" in result.stderr
+
+
+def test_breaker_and_approve_on_a_fresh_folder(tmp_path: Path) -> None:
+    shown = postledger("breaker", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert [(b["upstream"], b["level"]) for b in report["breakers"]] == [("simulator", "normal")]
+    assert report["waiting_for_a_person"] == []
+    assert not (tmp_path / ".postledger").exists()  # looking creates nothing
+
+    answered = postledger("approve", "--month", "2026-10", cwd=tmp_path)
+    assert answered.returncode == 1
+    assert "Nothing waits for an answer: there is no ledger here yet" in answered.stderr
+    assert not (tmp_path / ".postledger").exists()
+
+    from postledger.ledger import Ledger
+
+    (tmp_path / ".postledger").mkdir()  # a ledger, and a breaker that never tripped
+    Ledger(f"sqlite:///{tmp_path / '.postledger' / 'ledger.db'}").close()
+    answered = postledger("approve", "--month", "2026-10", "--note", "just in case", cwd=tmp_path)
+    assert answered.returncode == 1
+    assert "breaker of simulator is normal" in answered.stderr

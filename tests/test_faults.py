@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, Charge, FailureKind, PostStatus
+from postledger.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
 from tests.conftest import Sim, start_sim
 
 MONTH = "2026-10"
@@ -291,15 +291,22 @@ def test_connection_refused_costs_nothing_and_is_bounded(
         port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
     monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("POSTLEDGER_REQUEST_RETRIES", "1")
-    monkeypatch.setenv("POSTLEDGER_MAX_REQUEUES", "2")
-    run(tmp_path, 3)
+    monkeypatch.setenv("POSTLEDGER_MAX_REQUEUES", "5")
+    monkeypatch.setenv("POSTLEDGER_APPROVAL_TIMEOUT", "1")
+    monkeypatch.setenv("POSTLEDGER_APPROVAL_POLL", "0.2")
+    from flows.dispatch import RunStopped
+
+    # Two final transport failures in a row open the breaker (R18); nobody answers the pause.
+    with pytest.raises(RunStopped, match="nobody answered"):
+        run(tmp_path, 3)
     posts = ledger.posts(MONTH)
     assert {(p.status, p.failure_kind, p.attempts, p.requeues) for p in posts} == {
-        (PostStatus.FAILED, FailureKind.TRANSPORT, 0, 2)
+        (PostStatus.PENDING, None, 0, 2)
     }
     batches = ledger.batches(MONTH)
-    assert len(batches) == 3 and all(b.request_retries == 1 for b in batches)
+    assert len(batches) == 2 and all(b.request_retries == 1 for b in batches)
     assert {b.charge for b in batches} == {Charge.NONE}
+    assert ledger.approvals.breaker(f"127.0.0.1:{port}").level is BreakerLevel.OPEN
 
 
 # --- upstream task failures ------------------------------------------------------------------

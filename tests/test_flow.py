@@ -67,6 +67,39 @@ def test_second_run_of_a_finished_month_sends_nothing(
     assert len(ledger.events("2026-09")) == events_after_first
 
 
+def test_a_changed_prompt_processes_the_posts_again_instead_of_reusing_results(
+    prefect_harness: None,
+    sim: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R25: the prompt is part of every post's fingerprint; a new one is new (paid) work."""
+    from flows.monthly import monthly_posts
+
+    path = tmp_path / "2026-08.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "r{i}", "text": "Refund still missing, week {i}."}}\n' for i in range(5)),
+        encoding="utf-8",
+    )
+    monthly_posts(month="2026-08", posts_path=str(path))
+    assert len(sim.charges()) == 1
+
+    monkeypatch.setenv("POSTLEDGER_PROMPT", "Classify each post; answer with a JSON list.")
+    summary = monthly_posts(month="2026-08", posts_path=str(path))
+
+    assert summary["counts"]["completed"] == 5
+    charges = sim.charges()
+    assert len(charges) == 2 and charges[1]["post_ids"] == [f"r{i}" for i in range(5)]
+    for post in ledger.posts("2026-08"):
+        assert post.attempts == 1  # counted afresh: a new input, a new piece of work
+        why = [e.why for e in ledger.events("2026-08") if e.entity_id == post.post_id]
+        assert "input changed (prompt): starts over" in why
+        assert [e.to_status for e in ledger.events("2026-08") if e.entity_id == post.post_id][
+            -1
+        ] == "completed"
+
+
 def test_batches_respect_the_character_limit(
     prefect_harness: None,
     sim: Sim,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,10 +40,12 @@ def test_sync_new_unchanged_changed(any_ledger_url: str) -> None:
     assert by_id["p001"].status is PostStatus.PENDING and by_id["p001"].text == "a different text"
     assert by_id["p999"].status is PostStatus.PENDING
     why = [e.why for e in ledger.events(MONTH) if e.entity_id == "p001"]
-    assert why[-1] == "input changed (text, model or prompt)"
+    assert why[-1] == "input changed (text): starts over"
 
     changed_model = ledger.sync_posts(MONTH, edited, model="other-model", prompt="p")
     assert changed_model.changed == 3  # R25: a new model is new work for every post
+    why = [e.why for e in ledger.events(MONTH) if e.entity_id == "p000"]
+    assert why[-1] == "input changed (model): starts over"
     ledger.close()
 
 
@@ -211,3 +214,30 @@ def test_month_writes_are_serialized(any_ledger_url: str, same_process: bool) ->
     assert len(commits) == 2
     for ledger in {id(x): x for x in [*ledgers, reader]}.values():
         ledger.close()
+
+
+def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> None:
+    """A ledger written before `inputs` existed: the column is added, and a post that matches
+    its old fingerprint is the same work, not a change that would be paid for again."""
+    import sqlite3
+
+    from postledger.posts import Post, legacy_fingerprint
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    ledger = Ledger(url)
+    ledger.sync_posts("2026-10", [Post(id="a", text="hello", line=1)], model="m", prompt="p")
+    ledger.close()
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        db.execute("ALTER TABLE posts DROP COLUMN inputs")
+        db.execute("UPDATE posts SET fingerprint = ?", (legacy_fingerprint("hello", "m", "p"),))
+
+    ledger = Ledger(url)
+    report = ledger.sync_posts(
+        "2026-10", [Post(id="a", text="hello", line=1)], model="m", prompt="p"
+    )
+    assert (report.unchanged, report.changed) == (1, 0)
+    report = ledger.sync_posts(
+        "2026-10", [Post(id="a", text="hello", line=1)], model="m", prompt="p2"
+    )
+    assert report.changed == 1
+    ledger.close()

@@ -107,7 +107,8 @@ def test_failed_needs_a_kind_and_only_failed_has_one(ledger: Ledger) -> None:
 
 
 def test_only_the_state_machine_assigns_a_status() -> None:
-    """'Nobody else flips a status': no module but states.py assigns `.status`."""
+    """'Nobody else flips a status': no module but states.py assigns `.status` or a
+    breaker's `.level`."""
     import re
     from pathlib import Path
 
@@ -117,6 +118,24 @@ def test_only_the_state_machine_assigns_a_status() -> None:
         for folder in ("postledger", "flows", "tasks", "blocks")
         for path in (root / folder).rglob("*.py")
         if path.name != "states.py"
-        and re.search(r"\.status\s*=[^=]", path.read_text(encoding="utf-8"))
+        and re.search(r"\.(status|level)\s*=[^=]", path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+def test_breaker_levels_move_only_along_the_table(ledger: Ledger) -> None:
+    from postledger.models import BreakerLevel, BreakerRecord
+    from postledger.states import BREAKER_TRANSITIONS, move_breaker
+
+    engine = ledger.engine
+    for current in BreakerLevel:
+        for target in BreakerLevel:
+            with Session(engine) as session:
+                breaker = BreakerRecord(upstream="u", level=current)
+                if target in BREAKER_TRANSITIONS[current]:
+                    move_breaker(session, breaker, target, "test")
+                    assert breaker.level is target
+                else:
+                    with pytest.raises(IllegalTransition):
+                        move_breaker(session, breaker, target, "test")
+                    assert breaker.level is current

@@ -5,6 +5,7 @@ GET  /v1/tasks/{task_id}  status, output, usage; `?wait=S` holds the answer up t
 GET  /_sim/charges        every charged task: the ground truth of what was paid
 GET  /_sim/stats          requests by route, tasks in flight now and at most
 GET/POST /_sim/faults     the fault plan in force (see `postledger.sim.faults`)
+POST /_sim/tasks/{id}/forget   lose one task (its charge stays), as expiring upstreams do
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def create_app(
         request: Request,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
     ) -> Any:
-        upstream.count_request("poll")
+        upstream.count_request("poll", task_id)
         if not authorized(request):
             return _error(401, "invalid_api_key", "Incorrect API key provided.")
         decision = faults.decide(Route.POLL)
@@ -216,5 +217,11 @@ def create_app(
     async def set_faults(plan: FaultPlan) -> Any:
         faults.replace(plan)
         return {"plan": plan.model_dump(mode="json")}
+
+    @app.post("/_sim/tasks/{task_id}/forget")
+    async def forget_task(task_id: str) -> Any:
+        """Lose one task, as an upstream that expires tasks does (its charge stays)."""
+        upstream.forget(task_id)
+        return {"forgotten": task_id}
 
     return app

@@ -39,6 +39,7 @@ def serve(
     api_key: str | None = None,
     create_delay: float = 0.0,
     faults: FaultPlan | None = None,
+    honour_keys: bool = True,
 ) -> None:
     """Serve until interrupted; prints one line with the URL once the port is bound."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -46,7 +47,7 @@ def serve(
     sock.bind((host, port))
     bound_host, bound_port = sock.getsockname()[:2]
     app = create_app(
-        Upstream(latency=latency, seed=seed),
+        Upstream(latency=latency, seed=seed, honour_keys=honour_keys),
         api_key=api_key,
         create_delay=create_delay,
         faults=Faults(faults),
@@ -66,6 +67,7 @@ def simulator_process(
     create_delay: float = 0.0,
     faults: str | None = None,
     scenario: str | None = None,
+    honour_keys: bool = True,
     startup_timeout: float = 30,
 ) -> Iterator[str]:
     """Start `postledger sim serve` on a free loopback port; yields its base URL."""
@@ -90,6 +92,8 @@ def simulator_process(
         args += ["--faults", faults]
     if scenario:
         args += ["--scenario", scenario]
+    if not honour_keys:
+        args.append("--ignore-idempotency-keys")
     env = dict(os.environ)
     if api_key is not None:
         env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it

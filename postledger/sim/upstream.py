@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -56,6 +56,7 @@ class Charge:
     input_tokens: int
     output_tokens: int
     at: str  # ISO 8601 UTC
+    done_at: str  # when the task ends upstream: [at, done_at) is the time it is in flight
 
 
 class IdempotencyConflict(Exception):
@@ -70,15 +71,20 @@ class Upstream:
     by_key: dict[str, str] = field(default_factory=dict)
     charges: list[Charge] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
+    polls: dict[str, int] = field(default_factory=dict)  # per task id: who was asked about
     max_in_flight: int = 0
+    # False: every create makes (and charges) a new task, as upstreams without idempotency do.
+    honour_keys: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._ids = random.Random(self.seed)
 
-    def count_request(self, route: str) -> None:
+    def count_request(self, route: str, task_id: str | None = None) -> None:
         with self.lock:
             self.requests[route] = self.requests.get(route, 0) + 1
+            if task_id is not None:
+                self.polls[task_id] = self.polls.get(task_id, 0) + 1
 
     def create(
         self,
@@ -92,7 +98,7 @@ class Upstream:
     ) -> tuple[SimTask, bool]:
         """Accept a task; returns (task, charged). A known key returns its task, uncharged."""
         with self.lock:
-            if idempotency_key is not None and idempotency_key in self.by_key:
+            if self.honour_keys and idempotency_key in self.by_key:
                 task = self.tasks[self.by_key[idempotency_key]]
                 if (task.model, task.prompt, task.posts) != (model, prompt, posts):
                     raise IdempotencyConflict(idempotency_key)
@@ -110,6 +116,7 @@ class Upstream:
                 input_tokens=count_tokens(prompt) + sum(count_tokens(t) for _, t in posts),
                 output_tokens=count_tokens(output),
             )
+            wall = datetime.now(UTC)
             if on_new is not None:
                 on_new(task)  # faults decided once per task, never again for a repeated key
             self.tasks[task.task_id] = task
@@ -123,7 +130,8 @@ class Upstream:
                     model=model,
                     input_tokens=task.input_tokens,
                     output_tokens=task.output_tokens,
-                    at=datetime.now(UTC).isoformat(),
+                    at=wall.isoformat(),
+                    done_at=(wall + timedelta(seconds=self.latency)).isoformat(),
                 )
             )
             self.max_in_flight = max(self.max_in_flight, self._in_flight(now))
@@ -151,6 +159,7 @@ class Upstream:
         with self.lock:
             return {
                 "requests": dict(self.requests),
+                "polls_by_task": dict(self.polls),
                 "tasks": len(self.tasks),
                 "charges": len(self.charges),
                 "in_flight": self._in_flight(now),

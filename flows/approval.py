@@ -1,0 +1,145 @@
+"""Asking a person, through the form of a paused flow run (R19).
+
+The flow pauses itself — never a batch task, which would keep its `ai-batch` slot for the whole
+pause — after every batch already sent has come back. The question and its answer are recorded
+in the ledger, so `postledger approve` can find the paused run from any terminal, and an answer
+given while no run waits still counts for the next one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+from prefect import get_run_logger
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.flow_runs import pause_flow_run
+from prefect.input import RunInput
+from prefect.settings import get_current_settings
+
+from postledger.breaker import advice
+from postledger.ledger import Ledger
+from postledger.models import (
+    Answer,
+    ApprovalRecord,
+    BatchStatus,
+    FailureKind,
+    PostStatus,
+    Question,
+)
+from postledger.settings import Settings
+
+
+class BreakerAnswer(RunInput):
+    """The Resume form of a run paused by an open breaker."""
+
+    decision: Literal["continue", "stop"] = "continue"
+    note: str = ""
+
+
+FormT = TypeVar("FormT", bound=RunInput)
+
+
+def pause_for_answer(
+    ledger: Ledger,
+    month: str,
+    question: str,
+    form: type[FormT],
+    settings: Settings,
+    *,
+    kind: Question,
+    batch_ids: list[str] | None = None,
+) -> tuple[ApprovalRecord, FormT | None]:
+    """Record the question (with this run's id and Prefect API, for `postledger approve`), then
+    pause with `form` until a person answers. None as the reply: nobody answered in time."""
+    context = FlowRunContext.get()
+    asked = ledger.approvals.ask(
+        month,
+        settings.breaker_name(),
+        question,
+        flow_run_id=str(context.flow_run.id) if context and context.flow_run else None,
+        prefect_api_url=get_current_settings().api.url,
+        kind=kind,
+        batch_ids=batch_ids,
+    )
+    try:
+        # poll_interval is typed int but only ever slept on: a float works.
+        reply = pause_flow_run(  # type: ignore[call-overload]
+            wait_for_input=form.with_initial_data(description=question),
+            timeout=settings.approval_timeout,
+            poll_interval=settings.approval_poll,
+        )
+    except FlowPauseTimeout:
+        return asked, None
+    return asked, reply
+
+
+def ask_to_continue(ledger: Ledger, month: str, settings: Settings) -> Answer:
+    """Pause until a person answers (or the timeout passes); record the answer. On continue
+    the breaker is in `probe` when this returns."""
+    upstream = settings.breaker_name()
+    get_run_logger().warning(
+        "%s: the breaker of %s is open; nothing more is sent until a person answers: Resume "
+        "in the Prefect UI, or `postledger approve --month %s [--stop]`",
+        month,
+        upstream,
+        month,
+    )
+    question = breaker_question(ledger, month, upstream, settings)
+    asked, reply = pause_for_answer(
+        ledger, month, question, BreakerAnswer, settings, kind=Question.BREAKER
+    )
+    answer = Answer(reply.decision) if reply else Answer.TIMED_OUT
+    ledger.approvals.answer(
+        month,
+        upstream,
+        answer,
+        note=reply.note if reply else "",
+        by="the paused run's form" if reply else f"no answer within {settings.approval_timeout} s",
+        question_id=asked.id,
+    )
+    return answer
+
+
+def breaker_question(ledger: Ledger, month: str, upstream: str, settings: Settings) -> str:
+    """The markdown shown above the Resume form: why, where the month stands, what each
+    answer does."""
+    counts = ledger.counts(month)
+    left = sum(n for s, n in counts.items() if s not in (PostStatus.COMPLETED, PostStatus.FAILED))
+    failures = [
+        b
+        for b in ledger.batches(month, BatchStatus.FAILED, BatchStatus.QUEUED)
+        if b.failure_kind is FailureKind.TRANSPORT or (b.sends and b.status is BatchStatus.QUEUED)
+    ][-5:]
+    history = ledger.approvals.history(upstream, limit=5)
+    lines = [
+        f"## The circuit breaker of `{upstream}` is open",
+        "",
+        "Batches failed at the transport level twice in a row, after their request retries. "
+        "Nothing new has been sent since; every batch already sent has come back and is "
+        "saved.",
+        "",
+        "**Latest breaker events**",
+        "",
+        *[
+            f"- {e.at:%Y-%m-%d %H:%M:%S} UTC: {e.from_level} → {e.to_level}: {e.why}"
+            for e in history
+        ],
+    ]
+    if failures:
+        lines += ["", "**Latest failed sends of this month**", ""]
+        lines += [f"- `{b.batch_id}`: {b.failure_reason or 'sent again later'}" for b in failures]
+    lines += [
+        "",
+        f"**{month}**: {counts[PostStatus.COMPLETED]} completed, "
+        f"{counts[PostStatus.FAILED]} failed, {left} left.",
+        "",
+        "**continue**: the breaker goes to *probe*: one batch at a time, back to "
+        f"{settings.max_in_flight} after a success; another transport failure opens it again. "
+        "**stop**: the run ends, nothing more is sent, and the breaker stays open for every "
+        f"run until a person continues. No answer within {settings.approval_timeout} s counts "
+        "as stop.",
+        "",
+        f"Now: {advice(ledger.approvals.breaker(upstream).level)}.",
+    ]
+    return "\n".join(lines)

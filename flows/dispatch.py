@@ -1,0 +1,162 @@
+"""The flow's dispatch loop: start runnable batches in order (R9), never more than the breaker's
+window allows (R18), take them back in whatever order they finish, and plan what comes back
+(retries, halves, posts whose wait is over) until nothing is queued or waiting.
+
+It submits only what may run now, so no task run waits on the tag limit, and a pause never has
+a batch in flight (a pause does not stop task runs already submitted).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+
+from prefect import get_run_logger
+from prefect.futures import PrefectFuture
+
+from flows.approval import ask_to_continue
+from postledger.breaker import window
+from postledger.db import LedgerUnavailable
+from postledger.ledger import Ledger
+from postledger.models import Answer, BreakerLevel, PostStatus, utcnow
+from postledger.settings import Settings
+from tasks.batch import BatchOutcome, process_batch
+
+# How long the loop sleeps at most between looks at the ledger while posts wait.
+MAX_NAP_SECONDS = 5.0
+# After the breaker held a batch back (another month is probing), look again this much later.
+HELD_NAP_SECONDS = 1.0
+
+
+class RunStopped(RuntimeError):
+    """No further batch may start in this run (R14, R19, R20); the message says what to do."""
+
+
+def run_until_done(
+    ledger: Ledger,
+    month: str,
+    ledger_url: str,
+    settings: Settings,
+    polls: list[str] | None = None,
+) -> str | None:
+    """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
+    upstream task is to be polled (a person said yes, R23); they go first."""
+    logger = get_run_logger()
+    upstream = settings.breaker_name()
+    in_flight: dict[str, PrefectFuture[BatchOutcome]] = {}
+    # Batch ids land here as their task runs end. Asking a future for its state instead would
+    # cost an API round trip per running batch on every wake-up, right when a slot is free.
+    ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+    crashed: set[str] = set()  # not started again in this run: whatever broke would again
+    stop: str | None = None
+    quiet_until = 0.0  # monotonic time before which nothing new is submitted
+    to_poll = list(polls or [])
+
+    while True:
+        level = ledger.approvals.breaker(upstream).level
+        room = window(level, settings.max_in_flight) - len(in_flight)
+        if stop is None and room > 0 and time.monotonic() >= quiet_until:
+            try:
+                plan_due_work(ledger, month, settings)
+            except LedgerUnavailable as exc:
+                stop = ledger_stop(exc, set(in_flight), settings)
+                logger.error("no further batch will start in this run: %s", stop)
+            else:
+                starts = [(batch_id, True) for batch_id in to_poll]
+                starts += [(b.batch_id, False) for b in ledger.runnable_batches(month)]
+                for batch_id, resume in starts:
+                    if room <= 0:
+                        break
+                    if batch_id in in_flight or batch_id in crashed:
+                        continue
+                    future = process_batch.submit(batch_id, ledger_url, resume=resume)
+                    future.add_done_callback(lambda _, batch_id=batch_id: ended.put(batch_id))
+                    in_flight[batch_id] = future
+                    if resume:
+                        to_poll.remove(batch_id)
+                    room -= 1
+
+        if not in_flight:
+            if stop is not None:
+                return stop
+            if level is BreakerLevel.OPEN and (to_poll or work_left(ledger, month, crashed)):
+                # Everything sent has come back (R20): now a person decides (R19).
+                try:
+                    answer = ask_to_continue(ledger, month, settings)
+                except LedgerUnavailable as exc:
+                    return ledger_stop(exc, set(), settings)
+                if answer is not Answer.CONTINUE:
+                    return breaker_stop(upstream, month, answer)
+                continue
+            wake = ledger.next_wake(month, skip=crashed)
+            if wake is None and not to_poll:
+                return None
+            wake = wake or utcnow()
+            nap = max((wake - utcnow()).total_seconds(), quiet_until - time.monotonic(), 0.01)
+            time.sleep(min(MAX_NAP_SECONDS, nap))
+            continue
+
+        try:
+            finished = [ended.get(timeout=MAX_NAP_SECONDS)]
+        except queue.Empty:
+            continue  # a nap: posts whose wait is over may be planned meanwhile
+        while not ended.empty():
+            finished.append(ended.get_nowait())
+        for batch_id in finished:
+            future = in_flight.pop(batch_id)
+            try:
+                outcome = future.result()
+            except Exception as exc:  # R17: one broken batch must not stop the others
+                logger.error("batch %s crashed: %s: %s", batch_id, type(exc).__name__, exc)
+                crashed.add(batch_id)
+                continue
+            if outcome.held:
+                quiet_until = time.monotonic() + HELD_NAP_SECONDS
+            if outcome.ledger_failure and stop is None:
+                stop = ledger_stop(outcome.ledger_failure, {batch_id, *in_flight}, settings)
+                logger.error("no further batch will start in this run: %s", stop)
+            if outcome.stop_run and stop is None:
+                stop = outcome.stop_run
+                logger.error("no further batch will start in this run: %s", stop)
+
+
+def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
+    """Whether anything of the month may still be sent: pending, waiting or queued."""
+    return (
+        bool(ledger.counts(month)[PostStatus.PENDING]) or ledger.next_wake(month, skip) is not None
+    )
+
+
+def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
+    """Posts whose wait is over, and pending posts, into new batches (the writes happen only
+    when there is something to write)."""
+    counts = ledger.counts(month)
+    if counts[PostStatus.WAITING]:
+        ledger.release_due(month)
+        counts = ledger.counts(month)
+    if counts[PostStatus.PENDING]:
+        plan = ledger.plan(
+            month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
+        )
+        if plan.too_long:
+            get_run_logger().warning(
+                "%d posts longer than max_batch_chars: not sent", plan.too_long
+            )
+
+
+def ledger_stop(error: LedgerUnavailable | str, in_flight: set[str], settings: Settings) -> str:
+    flying = ", ".join(sorted(in_flight)) or "none"
+    return (
+        f"a ledger write failed, so no new batch starts (R20): {error}. Batches in flight "
+        f"then: {flying}; they were awaited, and what they could not write is in "
+        f"{settings.resolved_spill_path()}, which the next run imports first. Fix the "
+        "database, then run again."
+    )
+
+
+def breaker_stop(upstream: str, month: str, answer: Answer) -> str:
+    why = "a person said stop" if answer is Answer.STOP else "nobody answered in time"
+    return (
+        f"the circuit breaker of {upstream} is open and {why}. It stays open for every run "
+        f"until a person continues: `postledger approve --month {month}`, then run again."
+    )

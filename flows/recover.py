@@ -1,0 +1,148 @@
+"""Batches an earlier run sent but never saw answered (R22-R24): nothing is polled or sent again
+until a person said yes — up front (`postledger run --poll --resubmit`), ahead of the run
+(`postledger approve` with no run waiting), or in the form of this run, paused once after the
+safe work is done. No answer leaves them waiting, charged nothing.
+"""
+
+from __future__ import annotations
+
+from prefect import get_run_logger
+from prefect.input import RunInput
+
+from flows.approval import pause_for_answer
+from postledger.ledger import Ledger
+from postledger.models import ApprovalRecord, Question
+from postledger.recovery import RecoveryAction, RecoveryPlan
+from postledger.settings import Settings
+
+
+class RecoveryAnswer(RunInput):
+    """The Resume form of a run paused about interrupted batches."""
+
+    poll: bool = True  # poll the tasks the upstream made: never a new charge
+    resubmit: bool = False  # send again the batches with no task id: may be charged twice
+    note: str = ""
+
+
+def answer_given_before(
+    ledger: Ledger,
+    month: str,
+    plan: RecoveryPlan,
+    settings: Settings,
+    *,
+    poll: bool | None,
+    resubmit: bool | None,
+) -> ApprovalRecord | None:
+    """The person's answer if it was given before this run asked: as run parameters, or
+    recorded by `postledger approve`. None: the run has to ask."""
+    if not plan.needs_yes:
+        return None
+    batch_ids = [s.batch_id for s in plan.steps]
+    if poll is not None or resubmit is not None:
+        return ledger.approvals.answer_recovery(
+            month,
+            settings.breaker_name(),
+            poll=bool(poll),
+            resubmit=bool(resubmit),
+            note="",
+            by="run parameters (postledger run --poll/--resubmit)",
+            batch_ids=batch_ids,
+        )
+    return ledger.approvals.standing_recovery(month)
+
+
+def carry_out(ledger: Ledger, plan: RecoveryPlan, answer: ApprovalRecord) -> list[str]:
+    """Do what the answer allows for the batches it covers; returns the batches to poll. The
+    resubmissions go back to the queue with their same idempotency key and request."""
+    logger = get_run_logger()
+    covered = set(answer.batch_ids or [])
+    polls = [s.batch_id for s in plan.of(RecoveryAction.POLL) if s.batch_id in covered]
+    resends = [s.batch_id for s in plan.of(RecoveryAction.RESUBMIT) if s.batch_id in covered]
+    if answer.id is not None:
+        ledger.approvals.mark_used(answer.id)
+    if not answer.poll:
+        polls = []
+    for batch_id in resends if answer.resubmit else []:
+        ledger.resend_later(batch_id, f"resubmission confirmed by a person ({answer.answered_by})")
+    waiting = len(plan.of(RecoveryAction.POLL)) - len(polls)
+    waiting += len(plan.of(RecoveryAction.RESUBMIT)) - (len(resends) if answer.resubmit else 0)
+    if waiting:
+        logger.warning("%d interrupted batches wait for a person's yes (R22)", waiting)
+    return polls
+
+
+def ask_about_interrupted(
+    ledger: Ledger, month: str, plan: RecoveryPlan, settings: Settings
+) -> ApprovalRecord | None:
+    """Pause once and ask; None if nobody answered in time (the batches keep waiting)."""
+    logger = get_run_logger()
+    logger.warning(
+        "%s: interrupted batches need a yes: Resume in the Prefect UI, or `postledger approve "
+        "--month %s --poll [--resubmit]`",
+        month,
+        month,
+    )
+    batch_ids = [s.batch_id for s in plan.steps]
+    asked, reply = pause_for_answer(
+        ledger,
+        month,
+        recovery_question(month, plan, settings),
+        RecoveryAnswer,
+        settings,
+        kind=Question.RECOVERY,
+        batch_ids=batch_ids,
+    )
+    if reply is None:
+        if asked.id is not None:
+            ledger.approvals.lapse(asked.id, f"no answer within {settings.approval_timeout} s")
+        logger.warning("no answer in time: the interrupted batches keep waiting")
+        return None
+    return ledger.approvals.answer_recovery(
+        month,
+        settings.breaker_name(),
+        poll=reply.poll,
+        resubmit=reply.resubmit,
+        note=reply.note,
+        by="the paused run's form",
+        batch_ids=batch_ids,
+        question_id=asked.id,
+    )
+
+
+def recovery_question(month: str, plan: RecoveryPlan, settings: Settings) -> str:
+    polls, resends = plan.of(RecoveryAction.POLL), plan.of(RecoveryAction.RESUBMIT)
+    lines = [
+        f"## {month}: batches an earlier run sent but never saw answered",
+        "",
+        "Everything that was safe is done: saved outputs were finished locally and new posts "
+        "were sent. These batches need your yes (R22–R24):",
+        "",
+        f"- **poll** — {len(polls)} batches ({sum(len(s.post_ids) for s in polls)} posts) "
+        "whose upstream task was made and paid for: poll those tasks for their output. Never a "
+        "new charge. Default: yes.",
+        f"- **resubmit** — {len(resends)} batches ({sum(len(s.post_ids) for s in resends)} "
+        "posts) with no task id saved: the upstream may or may not have made them. Send them "
+        "again with their same idempotency key. Default: no.",
+        "",
+    ]
+    if plan.idempotent:
+        lines.append(
+            "The upstream is configured as honouring idempotency keys, so a resubmission is "
+            "answered with the task it may already have made: no double charge expected "
+            f"(about {plan.resubmit_tokens} input tokens if it was never made)."
+        )
+    else:
+        lines.append(
+            f"**Possible double charge: about {plan.double_charge_tokens} input tokens** (plus "
+            "their output): the upstream does not honour idempotency keys, so a batch it made "
+            "already would be made and charged again."
+        )
+    lines += ["", "| batch | action | posts | why |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| `{s.batch_id}` | {s.action} | {len(s.post_ids)} | {s.why} |" for s in polls + resends
+    ]
+    lines += [
+        "",
+        f"No answer within {settings.approval_timeout} s leaves them waiting, charged nothing.",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""Resuming a paused postledger run with a person's answer, from the command line.
+
+Prefect 3.9 has no CLI for this (`prefect flow-run resume` does not exist). The paused run
+recorded its id and the Prefect API it talks to in the ledger, so the answer can reach it from
+any terminal: PREFECT_API_URL when set, else the API the run itself used (for `postledger run`,
+its local server on loopback).
+"""
+
+from __future__ import annotations
+
+import os
+from uuid import UUID
+
+import httpx
+from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
+from prefect.flow_runs import resume_flow_run
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from postledger.models import ApprovalRecord
+
+
+class NotResumed(RuntimeError):
+    """The run that asked could not be resumed; the message says why."""
+
+
+def resume_run(question: ApprovalRecord, run_input: dict[str, object]) -> None:
+    """Resume the run that asked `question`; raises `NotResumed` if it no longer waits."""
+    if question.flow_run_id is None:
+        raise NotResumed("the question has no flow run id")
+    api_url = os.environ.get("PREFECT_API_URL") or question.prefect_api_url
+    if not api_url:
+        raise NotResumed("no Prefect API known: set PREFECT_API_URL")
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            resume_flow_run(UUID(question.flow_run_id), run_input=run_input)
+    except (httpx.HTTPError, OSError) as exc:
+        raise NotResumed(f"the Prefect API at {api_url} did not answer ({exc})") from None
+    except ObjectNotFound:
+        raise NotResumed(
+            f"the Prefect API at {api_url} has no run {question.flow_run_id}"
+        ) from None
+    except FlowPauseTimeout:
+        raise NotResumed(f"run {question.flow_run_id} timed out before the answer") from None
+    except NotPausedError:
+        raise NotResumed(f"run {question.flow_run_id} is not paused any more") from None
+    except RuntimeError as exc:  # the API refused the input
+        raise NotResumed(f"run {question.flow_run_id}: {exc}") from None

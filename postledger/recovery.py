@@ -1,0 +1,164 @@
+"""Finishing what an earlier run left, from what it saved.
+
+R20: facts spilled while the ledger could not be written are imported first.
+R21: a batch whose output is saved (`received`) is validated and finished locally.
+R22-R26: a batch sent but never answered is planned — poll its task, or resubmit it — and
+only done once a person said yes; `plan_recovery` is a plain function over the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from postledger.analysis import check_output
+from postledger.ledger import Ledger
+from postledger.ledger_reads import LedgerReads
+from postledger.models import BatchRecord, BatchStatus, PostRecord
+from postledger.policy import Decision, Limits, after_output
+from postledger.spill import Spill
+
+
+def finish_from_output(
+    ledger: Ledger, batch_id: str, limits: Limits, upstream: str | None
+) -> Decision:
+    """Check a batch's saved output and apply what follows (R12, R13). With `upstream`, the
+    delivery also counts as a success for its breaker."""
+    batch = ledger.batch(batch_id)
+    if batch.raw_output is None:
+        raise ValueError(f"batch {batch_id} has no saved output to finish from")
+    check = check_output(batch.raw_output, batch.post_ids)
+    decision = after_output(batch, ledger.posts_of(batch_id), check, limits)
+    ledger.apply(batch_id, decision, check, upstream=upstream)
+    return decision
+
+
+def finish_saved_outputs(ledger: Ledger, month: str, limits: Limits) -> list[str]:
+    """R21: every `received` batch of the month, finished from its saved output. These
+    deliveries are old news, so they do not move any breaker. Returns the batch ids."""
+    finished = []
+    for batch in ledger.batches(month, BatchStatus.RECEIVED):
+        finish_from_output(ledger, batch.batch_id, limits, upstream=None)
+        finished.append(batch.batch_id)
+    return finished
+
+
+def import_spill(ledger: Ledger, spill: Spill) -> int:
+    """R20: take in the spill file, then move it aside. Returns the records taken in."""
+    records = spill.records()
+    if not records:
+        return 0
+    taken = ledger.import_spill(records)
+    spill.archive()
+    return taken
+
+
+# --- batches interrupted without a saved output (R22-R26) -----------------------------------
+
+# A rough count of input tokens for the cost at risk: ~4 characters per token in English,
+# fewer in other scripts. The spend ledger (price table) turns tokens into money.
+CHARS_PER_TOKEN = 4
+
+
+class RecoveryAction(StrEnum):
+    FINISH_LOCALLY = "finish_locally"  # output saved: validate it, no AI call (R21)
+    POLL = "poll"  # the task id is saved: poll that task, once a person said continue (R23)
+    RESUBMIT = "resubmit"  # no task id: send again only if a person confirmed (R24)
+    CLOSE = "close"  # every post changed since: nothing to recover (R25)
+
+
+@dataclass(frozen=True)
+class RecoveryStep:
+    batch_id: str
+    action: RecoveryAction
+    post_ids: list[str]
+    chars: int  # characters a resubmission sends again
+    why: str
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    steps: list[RecoveryStep]
+    idempotent: bool  # the upstream honours idempotency keys: a resubmission cannot pay twice
+
+    def of(self, action: RecoveryAction) -> list[RecoveryStep]:
+        return [step for step in self.steps if step.action is action]
+
+    @property
+    def needs_yes(self) -> bool:
+        return bool(self.of(RecoveryAction.POLL) or self.of(RecoveryAction.RESUBMIT))
+
+    @property
+    def resubmit_tokens(self) -> int:
+        """Estimated input tokens of the resubmissions: what a double charge could cost."""
+        return sum(step.chars for step in self.of(RecoveryAction.RESUBMIT)) // CHARS_PER_TOKEN
+
+    @property
+    def double_charge_tokens(self) -> int:
+        """The input tokens that may be paid twice if every resubmission is confirmed."""
+        return 0 if self.idempotent else self.resubmit_tokens
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "idempotent_upstream": self.idempotent,
+            "groups": {
+                action.value: {
+                    "batches": [s.batch_id for s in self.of(action)],
+                    "posts": sum(len(s.post_ids) for s in self.of(action)),
+                }
+                for action in RecoveryAction
+            },
+            "resubmit_input_tokens": self.resubmit_tokens,
+            "possible_double_charge_input_tokens": self.double_charge_tokens,
+            "steps": [
+                {
+                    "batch_id": s.batch_id,
+                    "action": s.action.value,
+                    "posts": len(s.post_ids),
+                    "why": s.why,
+                }
+                for s in self.steps
+            ],
+        }
+
+
+def plan_recovery(
+    batches: Sequence[BatchRecord],
+    posts_of: Mapping[str, Sequence[PostRecord]],
+    *,
+    idempotent: bool,
+) -> RecoveryPlan:
+    """One step per interrupted batch (sent by an earlier run, not finished). A plain function
+    of the records: `postledger plan` shows exactly what a run would do."""
+    steps = []
+    for batch in sorted(batches, key=lambda b: b.seq):
+        if batch.status not in (BatchStatus.RUNNING, BatchStatus.RECEIVED):
+            continue
+        posts = posts_of.get(batch.batch_id, [])
+        post_ids = [p.post_id for p in posts]
+        chars = sum(len(text) for _, text in batch.request or [])
+        if not posts:
+            action, why = RecoveryAction.CLOSE, "every post changed since it was sent"
+        elif batch.raw_output is not None:
+            action, why = RecoveryAction.FINISH_LOCALLY, "output saved: validated locally"
+        elif batch.upstream_task_id:
+            action = RecoveryAction.POLL
+            why = f"task {batch.upstream_task_id} was made (and charged): poll it, no new task"
+        else:
+            action = RecoveryAction.RESUBMIT
+            why = f"sent {batch.sends}x, no task id saved: the upstream may have made and " + (
+                "charged it; the same idempotency key makes a resubmission safe"
+                if idempotent
+                else "charged it, and a resubmission may be charged twice"
+            )
+        steps.append(RecoveryStep(batch.batch_id, action, post_ids, chars, why))
+    return RecoveryPlan(steps, idempotent)
+
+
+def recovery_plan(ledger: LedgerReads, month: str, *, idempotent: bool) -> RecoveryPlan:
+    batches = ledger.batches(month, BatchStatus.RUNNING, BatchStatus.RECEIVED)
+    return plan_recovery(
+        batches, {b.batch_id: ledger.posts_of(b.batch_id) for b in batches}, idempotent=idempotent
+    )

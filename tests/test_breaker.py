@@ -1,0 +1,311 @@
+"""The circuit breaker (R18, R19) over real HTTP: the simulator's own request counts and charge
+log show what was sent and when; the ledger shows the breaker's history and people's answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from postledger.breaker import BreakerHeld, Signal, level_after, window
+from postledger.ledger import Ledger
+from postledger.models import Answer, BreakerLevel, PostStatus
+from postledger.posts import Post
+from tests.conftest import Sim, start_sim, write_jsonl
+
+MONTH = "2026-10"
+L = BreakerLevel
+# Two failures in a row, a person's continue, one success in probe.
+TRIPPED_THEN_CONTINUED = [
+    (L.NORMAL, L.PROBE),
+    (L.PROBE, L.OPEN),
+    (L.OPEN, L.PROBE),
+    (L.PROBE, L.NORMAL),
+]
+
+
+# --- the rules -------------------------------------------------------------------------------
+
+
+def test_levels_follow_final_transport_failures_and_successes() -> None:
+    fail, ok = Signal.TRANSPORT_FAILURE, Signal.SUCCESS
+    assert [level_after(level, fail) for level in L] == [L.PROBE, L.OPEN, L.OPEN]
+    # Only a person leaves `open` (R19): a late success does not.
+    assert [level_after(level, ok) for level in L] == [L.NORMAL, L.NORMAL, L.OPEN]
+    assert [window(level, 2) for level in L] == [2, 1, 0]
+
+
+def plan_month(ledger: Ledger, month: str, n: int) -> list[str]:
+    posts = [Post(id=f"p{i}", text=f"post {i}", line=i + 1) for i in range(n)]
+    ledger.sync_posts(month, posts, model="m", prompt="p")
+    return [b.batch_id for b in ledger.plan(month, max_posts=1, max_chars=1000).batches]
+
+
+def test_breaker_is_shared_by_months_and_kept_in_the_ledger(any_ledger_url: str) -> None:
+    ledger = Ledger(any_ledger_url)
+    october, november = plan_month(ledger, "2026-10", 2), plan_month(ledger, "2026-11", 2)
+    ledger.approvals.signal("up", Signal.TRANSPORT_FAILURE, "b1 failed", month="2026-10")
+    ledger.approvals.signal("up", Signal.TRANSPORT_FAILURE, "b2 failed", month="2026-10")
+
+    reopened = Ledger(any_ledger_url)  # another process's view: nothing held in memory
+    assert reopened.approvals.breaker("up").level is L.OPEN
+    with pytest.raises(BreakerHeld, match="open"):
+        reopened.mark_running(november[0], "up")
+    assert reopened.batch(november[0]).sends == 0  # held back: nothing changed, nothing paid
+    assert reopened.approvals.breaker("other").level is L.NORMAL  # per upstream
+
+    reopened.approvals.answer("2026-11", "up", Answer.CONTINUE, note="fixed", by="test")
+    assert ledger.approvals.breaker("up").level is L.PROBE
+    ledger.mark_running(october[0], "up")  # the one probe
+    with pytest.raises(BreakerHeld, match="probing"):
+        ledger.mark_running(november[0], "up")  # one at a time across months
+    history = [(e.from_level, e.to_level) for e in ledger.approvals.history("up")]
+    assert history == [(L.NORMAL, L.PROBE), (L.PROBE, L.OPEN), (L.OPEN, L.PROBE)]
+    ledger.close()
+    reopened.close()
+
+
+# --- the flow obeys it -----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def fast_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POSTLEDGER_REQUEST_RETRIES", "0")  # one fault = one final failure
+    monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "1")
+    monkeypatch.setenv("POSTLEDGER_POLL_WAIT", "0.5")
+    monkeypatch.setenv("POSTLEDGER_APPROVAL_POLL", "0.3")
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
+    yield from start_sim(monkeypatch, latency=0.3, faults=request.param)
+
+
+def posts_file(tmp_path: Path, n: int) -> Path:
+    return write_jsonl(
+        tmp_path / f"{MONTH}.jsonl",
+        [f'{{"id": "p{i:02d}", "text": "Why does export fail, case {i}?"}}' for i in range(n)],
+    )
+
+
+def peak_in_flight(charges: list[dict[str, Any]], since: datetime, until: datetime | None) -> int:
+    """The most upstream tasks in flight at once during [since, until), from the charge log."""
+    moments = []
+    for charge in charges:
+        start = datetime.fromisoformat(charge["at"])
+        end = datetime.fromisoformat(charge["done_at"])
+        start, end = max(start, since), min(end, until) if until else end
+        if start < end:
+            moments += [(start, 1), (end, -1)]
+    peak = now = 0
+    for _, step in sorted(moments):
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def creates(sim: Sim) -> int:
+    return int(sim.stats()["requests"].get("create", 0))
+
+
+def level_changes(ledger: Ledger, sim: Sim) -> list[tuple[BreakerLevel, BreakerLevel, datetime]]:
+    return [
+        (e.from_level, e.to_level, e.at)
+        for e in ledger.approvals.history(sim.url.removeprefix("http://"))
+        if e.from_level is not e.to_level
+    ]
+
+
+@pytest.mark.parametrize("faulty", ["create:reset#3"], indirect=True)
+def test_one_final_transport_failure_sends_one_at_a_time_until_a_success(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    from flows.monthly import monthly_posts
+
+    monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 14)))
+
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    (_, probe, tripped), (_, normal, closed) = level_changes(ledger, faulty)
+    assert (probe, normal) == (L.PROBE, L.NORMAL)
+    charges = faulty.charges()
+    assert len(charges) == 14  # the refused create made nothing; its batch was sent again
+    assert peak_in_flight(charges, tripped, closed) == 1
+    assert sum(tripped <= datetime.fromisoformat(c["at"]) < closed for c in charges) == 1
+    assert peak_in_flight(charges, closed, None) == 2  # back to the full window
+
+
+def run_in_background(tmp_path: Path, n: int) -> tuple[threading.Thread, dict[str, Any]]:
+    from flows.monthly import monthly_posts
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, n)))
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def flow_run_state(flow_run_id: str) -> str:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(flow_run_id)).state
+        return state.type.value if state else "NONE"
+
+
+def postledger(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "postledger", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def approve_in_another_process(ledger_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "POSTLEDGER_DATABASE_URL": ledger_url}
+    return postledger(env, Path.cwd(), "approve", "--month", MONTH, *args)
+
+
+@pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
+@pytest.mark.parametrize("answer_with", ["postledger approve", "resume_flow_run"])
+def test_second_failure_opens_pauses_and_continue_probes_first(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    ledger_url: str,
+    tmp_path: Path,
+    answer_with: str,
+) -> None:
+    thread, outcome = run_in_background(tmp_path, 16)
+    question = wait_for("the paused run's question", lambda: ledger.approvals.waiting(MONTH))
+    assert wait_for("Paused", lambda: flow_run_state(question.flow_run_id) == "PAUSED")
+    sent = creates(faulty)
+    time.sleep(1.0)
+    assert creates(faulty) == sent  # open: no new create reaches the upstream
+    assert flow_run_state(question.flow_run_id) == "PAUSED"
+    assert "is open" in question.question and "continue" in question.question
+
+    if answer_with == "postledger approve":
+        done = approve_in_another_process(ledger_url, "--note", "upstream is back")
+        assert done.returncode == 0, done.stderr
+        assert "resumed flow run" in done.stdout
+    else:
+        from prefect.flow_runs import resume_flow_run
+
+        resume_flow_run(
+            UUID(question.flow_run_id),
+            run_input={"decision": "continue", "note": "upstream is back"},
+        )
+    thread.join(120)
+    assert "result" in outcome, outcome.get("error")
+
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    changes = level_changes(ledger, faulty)
+    assert [(a, b) for a, b, _ in changes] == TRIPPED_THEN_CONTINUED
+    opened, continued, closed = changes[1][2], changes[2][2], changes[3][2]
+    charges = faulty.charges()
+    assert not [c for c in charges if opened <= datetime.fromisoformat(c["at"]) < continued]
+    assert peak_in_flight(charges, continued, closed) == 1
+    assert peak_in_flight(charges, closed, None) == 2
+    (asked,) = ledger.approvals.approvals(MONTH)
+    assert (asked.answer, asked.note) == (Answer.CONTINUE, "upstream is back")
+
+
+@pytest.mark.parametrize("faulty", [None], indirect=True)
+def test_a_new_run_while_open_pauses_at_once_and_stop_sends_nothing(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path
+) -> None:
+    from flows.dispatch import RunStopped
+
+    upstream = faulty.url.removeprefix("http://")
+    for n in (1, 2):
+        ledger.approvals.signal(upstream, Signal.TRANSPORT_FAILURE, f"fail {n}", month="2026-09")
+
+    thread, outcome = run_in_background(tmp_path, 6)
+    question = wait_for("the paused run's question", lambda: ledger.approvals.waiting(MONTH))
+    assert wait_for("Paused", lambda: flow_run_state(question.flow_run_id) == "PAUSED")
+    done = approve_in_another_process(ledger_url, "--stop", "--note", "not today")
+    assert done.returncode == 0, done.stderr
+    thread.join(60)
+
+    assert isinstance(outcome.get("error"), RunStopped)
+    assert "a person said stop" in str(outcome["error"])
+    assert creates(faulty) == 0 and faulty.charges() == []
+    assert ledger.approvals.breaker(upstream).level is L.OPEN
+    assert {p.status for p in ledger.posts(MONTH)} <= {PostStatus.PENDING, PostStatus.QUEUED}
+    assert all(p.attempts == 0 for p in ledger.posts(MONTH))
+    (asked,) = ledger.approvals.approvals(MONTH)
+    assert (asked.answer, asked.note, asked.answered_by) == (
+        Answer.STOP,
+        "not today",
+        "postledger approve",
+    )
+
+
+def breaker_level(env: dict[str, str], cwd: Path, upstream: str) -> str:
+    import json
+
+    shown = postledger(env, cwd, "breaker", "--json")
+    assert shown.returncode == 0, shown.stderr
+    (breaker,) = [b for b in json.loads(shown.stdout)["breakers"] if b["upstream"] == upstream]
+    return str(breaker["level"])
+
+
+@pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
+def test_the_breaker_and_the_answer_survive_a_restart(
+    faulty: Sim, ledger_url: str, tmp_path: Path
+) -> None:
+    """Every step is its own process: nothing but the ledger carries the state across."""
+    upstream = faulty.url.removeprefix("http://")
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "POSTLEDGER_APPROVAL_TIMEOUT": "2",
+    }
+    posts = str(posts_file(tmp_path, 12))
+
+    first = postledger(env, tmp_path, "run", "--month", MONTH, "--posts", posts)
+    assert first.returncode == 1, first.stdout
+    assert "nobody answered" in first.stdout
+    assert breaker_level(env, tmp_path, upstream) == "open"
+
+    answered = postledger(env, tmp_path, "approve", "--month", MONTH, "--note", "after restart")
+    assert answered.returncode == 0, answered.stderr
+    assert breaker_level(env, tmp_path, upstream) == "probe"
+
+    second = postledger(env, tmp_path, "run", "--month", MONTH, "--posts", posts)
+    assert second.returncode == 0, second.stdout + second.stderr
+
+    ledger = Ledger(ledger_url)
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    changes = level_changes(ledger, faulty)
+    assert [(a, b) for a, b, _ in changes] == TRIPPED_THEN_CONTINUED
+    assert "after restart" in ledger.approvals.history(upstream)[-2].why
+    assert peak_in_flight(faulty.charges(), changes[2][2], changes[3][2]) == 1
+    ledger.close()

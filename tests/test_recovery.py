@@ -1,0 +1,175 @@
+"""A run dies at every named crash point (R21-R26); the next run finishes from what was saved.
+
+Each run is its own `postledger run` process, ended by `os._exit` at the crash point. The
+evidence: the ledger, and the simulator's own charge log and per-task poll counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from postledger.crash import CRASH_EXIT_CODE, CrashPoint
+from postledger.ledger import Ledger
+from postledger.models import Answer, BatchStatus, FailureKind, PostStatus
+from tests.conftest import Sim, start_sim, write_jsonl
+
+MONTH = "2026-10"
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "3")
+    monkeypatch.setenv("POSTLEDGER_POLL_WAIT", "1")
+
+
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
+    honour_keys = getattr(request, "param", True)
+    yield from start_sim(monkeypatch, latency=0.4, honour_keys=honour_keys)
+
+
+def postledger(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """One `postledger` process; whatever it leaves running (its local Prefect server, after
+    a crash) is killed with it. Output goes to files: an orphan would hold a pipe open."""
+    out, err = tmp_path / "last.out", tmp_path / "last.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "postledger", *args],
+            cwd=tmp_path,
+            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), **env},
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=180)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(
+        process.args, process.returncode, out.read_text(), err.read_text()
+    )
+
+
+def run_month(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+    posts = write_jsonl(
+        tmp_path / "posts.jsonl",
+        [
+            f'{{"id": "p{i:02d}", "text": "Login loops back to the start, case {i}."}}'
+            for i in range(12)
+        ],
+    )
+    return postledger(tmp_path, "run", "--month", MONTH, "--posts", str(posts), *flags, **env)
+
+
+def charged_posts(sim: Sim) -> Counter[str]:
+    return Counter(pid for charge in sim.charges() for pid in charge["post_ids"])
+
+
+@pytest.mark.parametrize("point", list(CrashPoint))
+def test_a_crash_at_each_point_is_finished_by_the_next_run(
+    point: CrashPoint, sim: Sim, ledger_url: str, tmp_path: Path
+) -> None:
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT=point.value)
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
+    ledger = Ledger(ledger_url)
+    saved = {
+        b.upstream_task_id
+        for b in ledger.batches(MONTH)
+        if b.raw_output is not None and b.upstream_task_id
+    }
+    polls_before = sim.stats()["polls_by_task"]
+    ledger.close()
+
+    finished = run_month(tmp_path, "--poll", "--resubmit")
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+
+    ledger = Ledger(ledger_url)
+    posts = ledger.posts(MONTH)
+    assert {p.status for p in posts} == {PostStatus.COMPLETED}
+    # The upstream honours keys: every resubmission was answered with the task it had made.
+    assert set(charged_posts(sim).values()) == {1}
+    assert {p.post_id: p.attempts for p in posts} == dict(charged_posts(sim))
+    polls_after = sim.stats()["polls_by_task"]
+    for task_id in saved:  # output saved before the crash: no AI call for it after
+        assert polls_after.get(task_id) == polls_before.get(task_id)
+    ledger.close()
+
+
+@pytest.mark.parametrize("sim", [False], indirect=True)
+def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_twice(
+    sim: Sim, ledger_url: str, tmp_path: Path
+) -> None:
+    no_keys = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": "false"}
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **no_keys)
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    shown = postledger(tmp_path, "plan", "--month", MONTH, "--json", **no_keys)
+    plan = json.loads(shown.stdout)
+    resubmit = plan["groups"]["resubmit"]["batches"]
+    assert resubmit and plan["possible_double_charge_input_tokens"] > 0
+    at_crash = Counter(c["idempotency_key"] for c in sim.charges())
+    ledger = Ledger(ledger_url)
+    key_of = {b.batch_id: b.idempotency_key for b in ledger.batches(MONTH)}
+    ledger.close()
+    made = [b for b in resubmit if at_crash[key_of[b]] == 1]
+    assert made  # the batch whose create was answered but never written down
+
+    unanswered = run_month(tmp_path, POSTLEDGER_APPROVAL_TIMEOUT="1", **no_keys)
+    assert unanswered.returncode == 1  # done what was safe; the rest waits for a person
+    ledger = Ledger(ledger_url)
+    now = Counter(c["idempotency_key"] for c in sim.charges())
+    for batch_id in resubmit:
+        assert ledger.batch(batch_id).status is BatchStatus.RUNNING
+        assert now[key_of[batch_id]] == at_crash[key_of[batch_id]]  # no yes, no charge
+    (asked,) = ledger.approvals.approvals(MONTH)
+    assert (asked.answer, asked.poll, asked.resubmit) == (Answer.TIMED_OUT, None, None)
+    ledger.close()
+
+    confirmed = run_month(tmp_path, "--poll", "--resubmit", **no_keys)
+    assert confirmed.returncode == 0, confirmed.stdout + confirmed.stderr
+    ledger = Ledger(ledger_url)
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    final = Counter(c["idempotency_key"] for c in sim.charges())
+    for batch in ledger.batches(MONTH):  # planned-only (cancelled) batches were never sent
+        sent_once = 1 if batch.sends else 0
+        expected = at_crash[batch.idempotency_key] + 1 if batch.batch_id in resubmit else sent_once
+        assert final[batch.idempotency_key] == expected, batch.batch_id
+    # Paid twice exactly where a person confirmed a resubmission of a batch already made.
+    assert {b for b in resubmit if final[key_of[b]] == 2} == set(made)
+    ledger.close()
+
+
+def test_a_task_the_upstream_forgot_is_a_recovery_failure_with_no_new_charge(
+    sim: Sim, ledger_url: str, tmp_path: Path
+) -> None:
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_task_id")
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
+    ledger = Ledger(ledger_url)
+    lost = [b for b in ledger.batches(MONTH, BatchStatus.RUNNING) if b.upstream_task_id]
+    assert lost
+    for batch in lost:
+        httpx.post(f"{sim.url}/_sim/tasks/{batch.upstream_task_id}/forget").raise_for_status()
+    charged_then = charged_posts(sim)
+
+    finished = run_month(tmp_path, "--poll", "--resubmit")
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    lost_posts = {pid for b in lost for pid in b.post_ids}
+    for post in ledger.posts(MONTH):
+        if post.post_id in lost_posts:
+            assert (post.status, post.failure_kind) == (PostStatus.FAILED, FailureKind.TASK_UNKNOWN)
+            assert charged_posts(sim)[post.post_id] == charged_then[post.post_id]  # R26
+        else:
+            assert post.status is PostStatus.COMPLETED
+    ledger.close()
