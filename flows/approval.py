@@ -101,6 +101,44 @@ def ask_to_continue(ledger: Ledger, month: str, settings: Settings) -> Answer:
     return answer
 
 
+def ask_about_budget(ledger: Ledger, month: str, settings: Settings, why: str) -> Answer:
+    """The next batch could cross the month's budget: pause until a person says go on (for
+    the rest of this month) or stop."""
+    get_run_logger().warning(
+        "%s: %s. Nothing more is sent until a person answers: Resume in the Prefect UI, or "
+        "`postledger approve --month %s [--stop]`",
+        month,
+        why,
+        month,
+    )
+    counts = ledger.counts(month)
+    question = "\n".join(
+        [
+            f"## {month}: the budget would be crossed",
+            "",
+            f"{why}. Every batch already sent has come back and is saved.",
+            "",
+            f"{counts[PostStatus.COMPLETED]} posts completed, {counts[PostStatus.FAILED]} "
+            "failed; the rest are not sent yet.",
+            "",
+            "**continue**: go on past the budget for the rest of this month. **stop**: the run "
+            "ends, nothing more is charged, the rest stays `pending` for a later run. No answer "
+            f"within {settings.approval_timeout} s counts as stop.",
+        ]
+    )
+    asked, reply = pause_for_answer(
+        ledger, month, question, BreakerAnswer, settings, kind=Question.BUDGET
+    )
+    answer = Answer(reply.decision) if reply else Answer.TIMED_OUT
+    if asked.id is not None:
+        by = "the paused run's form" if reply else f"no answer within {settings.approval_timeout} s"
+        answer = (
+            ledger.approvals.close(asked.id, answer, note=reply.note if reply else "", by=by).answer
+            or answer
+        )
+    return answer
+
+
 def breaker_question(ledger: Ledger, month: str, upstream: str, settings: Settings) -> str:
     """The markdown shown above the Resume form: why, where the month stands, what each
     answer does."""

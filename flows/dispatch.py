@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable
 
 from prefect import get_run_logger
 from prefect.futures import PrefectFuture
 
-from flows.approval import ask_to_continue
+from flows.approval import ask_about_budget, ask_to_continue
 from postledger.breaker import window
 from postledger.db import LedgerUnavailable
 from postledger.ledger import Ledger
@@ -38,9 +39,11 @@ def run_until_done(
     ledger_url: str,
     settings: Settings,
     polls: list[str] | None = None,
+    on_progress: Callable[[], None] | None = None,
 ) -> str | None:
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
-    upstream task is to be polled (a person said yes, R23); they go first."""
+    upstream task is to be polled (a person said yes, R23); they go first. `on_progress` is
+    called whenever batches have ended."""
     logger = get_run_logger()
     upstream = settings.breaker_name()
     in_flight: dict[str, PrefectFuture[BatchOutcome]] = {}
@@ -50,12 +53,15 @@ def run_until_done(
     crashed: set[str] = set()  # not started again in this run: whatever broke would again
     stop: str | None = None
     quiet_until = 0.0  # monotonic time before which nothing new is submitted
+    over_budget: str | None = None  # a batch was held back by the budget: ask once drained
+    budget_rechecked = False
     to_poll = list(polls or [])
 
     while True:
         level = ledger.approvals.breaker(upstream).level
         room = window(level, settings.max_in_flight) - len(in_flight)
-        if stop is None and room > 0 and time.monotonic() >= quiet_until:
+        may_submit = stop is None and over_budget is None and time.monotonic() >= quiet_until
+        if may_submit and room > 0:
             try:
                 plan_due_work(ledger, month, settings)
             except LedgerUnavailable as exc:
@@ -79,6 +85,18 @@ def run_until_done(
         if not in_flight:
             if stop is not None:
                 return stop
+            if over_budget is not None and not budget_rechecked:
+                # Held while others were in flight, counted at their estimates: now that they
+                # are settled at their real cost, look again before asking anyone.
+                over_budget, budget_rechecked = None, True
+                continue
+            if over_budget is not None:
+                answer = ask_about_budget(ledger, month, settings, over_budget)
+                over_budget, budget_rechecked = None, False
+                if answer is not Answer.CONTINUE:
+                    ledger.replan_unsent(month)  # not sent: back to pending, nothing charged
+                    return f"the month's budget would be crossed and {said(answer)}."
+                continue
             if level is BreakerLevel.OPEN and (to_poll or work_left(ledger, month, crashed)):
                 # Everything sent has come back (R20): now a person decides (R19).
                 try:
@@ -112,12 +130,18 @@ def run_until_done(
                 continue
             if outcome.held:
                 quiet_until = time.monotonic() + HELD_NAP_SECONDS
+            if outcome.over_budget and over_budget is None:
+                over_budget = outcome.over_budget
+            elif not outcome.over_budget and not outcome.held:
+                budget_rechecked = False
             if outcome.ledger_failure and stop is None:
                 stop = ledger_stop(outcome.ledger_failure, {batch_id, *in_flight}, settings)
                 logger.error("no further batch will start in this run: %s", stop)
             if outcome.stop_run and stop is None:
                 stop = outcome.stop_run
                 logger.error("no further batch will start in this run: %s", stop)
+        if on_progress is not None:
+            on_progress()
 
 
 def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
@@ -154,9 +178,13 @@ def ledger_stop(error: LedgerUnavailable | str, in_flight: set[str], settings: S
     )
 
 
+def said(answer: Answer) -> str:
+    return "a person said stop" if answer is Answer.STOP else "nobody answered in time"
+
+
 def breaker_stop(upstream: str, month: str, answer: Answer) -> str:
-    why = "a person said stop" if answer is Answer.STOP else "nobody answered in time"
     return (
-        f"the circuit breaker of {upstream} is open and {why}. It stays open for every run "
-        f"until a person continues: `postledger approve --month {month}`, then run again."
+        f"the circuit breaker of {upstream} is open and {said(answer)}. It stays open for "
+        f"every run until a person continues: `postledger approve --month {month}`, then run "
+        "again."
     )

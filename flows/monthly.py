@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.artifacts import MonthArtifacts
 from flows.dispatch import RunStopped, run_until_done
 from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
@@ -68,7 +69,7 @@ def monthly_posts(
     ledger = open_ledger(ledger_url)
     try:
         # What an earlier run paid for but could not write comes first (R20).
-        if taken := import_spill(ledger, Spill(settings.resolved_spill_path())):
+        if taken := import_spill(ledger, Spill(settings.resolved_spill_path()), settings.price()):
             logger.warning("imported %d records from the spill file of an earlier run", taken)
         synced = ledger.sync_posts(month, posts, model=settings.model, prompt=settings.prompt)
         # Safe work first: saved outputs are finished without calling the AI (R21).
@@ -98,13 +99,22 @@ def monthly_posts(
         for line in free_stale_slots():
             logger.warning("%s", line)
 
-    stopped = run_until_done(ledger, month, ledger_url, settings, polls=polls)
-    if stopped is None and answer is None and plan.needs_yes:
-        # R22-R24: asked once, after everything safe is done.
-        answer = ask_about_interrupted(ledger, month, plan, settings)
-        if answer is not None:
-            polls = carry_out(ledger, plan, answer)
-            stopped = run_until_done(ledger, month, ledger_url, settings, polls=polls)
+    artifacts = MonthArtifacts(ledger, month)
+    artifacts.update(force=True)
+    try:
+        stopped = run_until_done(
+            ledger, month, ledger_url, settings, polls=polls, on_progress=artifacts.update
+        )
+        if stopped is None and answer is None and plan.needs_yes:
+            # R22-R24: asked once, after everything safe is done.
+            answer = ask_about_interrupted(ledger, month, plan, settings)
+            if answer is not None:
+                polls = carry_out(ledger, plan, answer)
+                stopped = run_until_done(
+                    ledger, month, ledger_url, settings, polls=polls, on_progress=artifacts.update
+                )
+    finally:
+        artifacts.finish()
     summary = month_summary(ledger, month)
     if stopped:
         raise RunStopped(f"{month}: stopped, nothing more was sent. {stopped}")

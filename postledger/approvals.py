@@ -195,6 +195,19 @@ class Approvals:
             session.add(record)
             return record
 
+    def close(self, question_id: int, answer: Answer, *, note: str, by: str) -> ApprovalRecord:
+        """Answer one question (a budget's: go on or stop). An answered question stays as it
+        was answered first."""
+        with self._write() as session:
+            record = session.get(ApprovalRecord, question_id)
+            if record is None:
+                raise ValueError(f"no question {question_id} in the ledger")
+            if record.answer is None:
+                record.answer, record.note = answer, note or None
+                record.answered_by, record.answered_at = by, utcnow()
+                session.add(record)
+            return record
+
     def lapse(self, question_id: int, by: str) -> None:
         """Nobody answered the question in time: it is closed, and nothing was said yes to."""
         with self._write() as session:

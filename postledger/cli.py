@@ -87,24 +87,75 @@ def run(
 def status(
     month: MonthOption,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh every few seconds until Ctrl-C.")
+    ] = False,
+    every: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 3.0,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="List every failed post with its kind and reason.")
+    ] = False,
 ) -> None:
-    """Where MONTH stands, read from the ledger alone (never calls the AI)."""
-    from postledger.progress import failures_table, month_status, status_table
+    """Where MONTH stands, read from the ledger alone: it opens the ledger read-only and makes
+    no network call at all (R30)."""
+    from postledger.progress import failed_posts_table, failures_table, month_status, status_table
 
     month = _month(month)
-    report = month_status(Settings(), month)
-    if report is None:
-        err.print(
-            f"[yellow]The ledger knows nothing of {month} yet.[/] Run: postledger run "
-            f"--month {month}"
-        )
-        raise typer.Exit(1)
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
+    settings = Settings()
+
+    def show() -> None:
+        report = month_status(settings, month)
+        if report is None:
+            err.print(
+                f"[yellow]The ledger knows nothing of {month} yet.[/] Run: postledger run "
+                f"--month {month}"
+            )
+            raise typer.Exit(1)
+        if as_json:
+            sys.stdout.write(json.dumps(report, indent=2) + "\n")
+            return
         out.print(status_table(report))
         if (table := failures_table(report)) is not None:
             out.print(table)
+        if failed:
+            out.print(failed_posts_table(settings, month))
+
+    if not watch:
+        show()
+        return
+    import time
+
+    try:
+        while True:
+            out.clear()
+            show()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def report(
+    month: MonthOption,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the files to.")] = Path(
+        "reports"
+    ),
+) -> None:
+    """Write MONTH's results: posts-MONTH.jsonl and .csv (one row per post: id, status,
+    result fields, failure kind and reason, attempts, cost share) and summary-MONTH.md. Reads
+    the ledger only (never calls the AI)."""
+    from postledger.progress import open_read_only, status_of
+    from postledger.report import write_report
+
+    month = _month(month)
+    ledger = open_read_only(Settings())
+    summary = status_of(ledger, month) if ledger is not None else None
+    if ledger is None or summary is None:
+        err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
+        raise typer.Exit(1)
+    written = write_report(ledger, month, summary, out_dir)
+    ledger.close()
+    for path in written:
+        out.print(f"wrote {path}")
 
 
 @app.command()
@@ -195,6 +246,11 @@ def approve(
         )
         out.print(f"recorded for {month}'s interrupted batches: {said}.")
         run_input = {"poll": bool(record.poll), "resubmit": bool(record.resubmit), "note": note}
+    elif question is not None and question.kind is Question.BUDGET and question.id is not None:
+        answer = Answer.STOP if stop else Answer.CONTINUE
+        ledger.approvals.close(question.id, answer, note=note, by="postledger approve")
+        out.print(f"recorded: {answer} past {month}'s budget.")
+        run_input = {"decision": answer.value, "note": note}
     else:
         if question is None and ledger.approvals.breaker(upstream).level is not BreakerLevel.OPEN:
             err.print(

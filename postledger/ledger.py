@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select
 from postledger.analysis import OutputCheck
 from postledger.approvals import Approvals
 from postledger.breaker import apply_signal, check_may_start
+from postledger.charges import account, check_budget, settle
 from postledger.db import BREAKERS, WriteLocks, create_schema, make_engine
 from postledger.ledger_reads import LedgerError, LedgerReads
 from postledger.models import (
@@ -30,6 +31,7 @@ from postledger.models import (
     FailureKind,
     PostRecord,
     PostStatus,
+    SpendRecord,
     utcnow,
 )
 from postledger.planning import Sized, plan_batches
@@ -41,6 +43,7 @@ from postledger.posts import (
     input_parts,
     legacy_fingerprint,
 )
+from postledger.spend import Price, estimate
 from postledger.spill import SpillKind
 from postledger.states import Transitions
 
@@ -251,12 +254,22 @@ class Ledger(LedgerReads):
     # --- one batch's life ------------------------------------------------------------------
 
     def mark_running(
-        self, batch_id: str, upstream: str | None = None, *, idempotent: bool = True
+        self,
+        batch_id: str,
+        upstream: str | None = None,
+        *,
+        idempotent: bool = True,
+        price: Price | None = None,
+        prompt: str = "",
+        max_cost: int | None = None,
     ) -> tuple[BatchRecord, list[PostRecord]]:
         """Persist the intent to pay before paying (R3): the batch and its posts `running`,
         each post's business attempt counted. Only after this returns may the AI be called.
         With `upstream`, its breaker is asked first, in the same transaction: `BreakerHeld`
         when it does not let the batch start (R18), and nothing is changed.
+
+        With `max_cost`, the month's budget is asked too: `BudgetHeld`, and nothing changed,
+        when a new charge could cross it.
 
         A batch sent again with its same idempotency key is the same attempt when the upstream
         honours keys (it charges a key once); otherwise it is a new attempt."""
@@ -278,10 +291,26 @@ class Ledger(LedgerReads):
                 # request, even if some posts changed since (they have left the batch, R25).
                 batch.request = [[p.post_id, p.text] for p in posts]
             first = batch.charge is Charge.NONE or not idempotent
+            estimated = (
+                estimate(price, prompt, [text for _, text in batch.request])
+                if price is not None and first
+                else None
+            )
+            if first and max_cost is not None:
+                check_budget(session, month, estimated, max_cost)  # nothing changed if held
             batch.sends += 1
             batch.not_before = None
             if batch.charge is Charge.NONE:
                 batch.charge = Charge.POSSIBLE
+            if first:  # a charge that may happen: on the books before the call (R3)
+                session.add(
+                    SpendRecord(
+                        month=month,
+                        batch_id=batch_id,
+                        send=batch.sends,
+                        estimated_cost=estimated,
+                    )
+                )
             for post in posts:
                 post.attempts += 1 if first else 0
                 moves.post(
@@ -302,13 +331,16 @@ class Ledger(LedgerReads):
             batch.charge = Charge.CONFIRMED
             session.add(batch)
 
-    def save_output(self, batch_id: str, raw: str, usage: dict[str, Any] | None) -> None:
+    def save_output(
+        self, batch_id: str, raw: str, usage: dict[str, Any] | None, price: Price | None = None
+    ) -> None:
         """Persist the raw output before checking it (R4): a crash while validating loses
-        nothing, and nobody pays for it again."""
+        nothing, and nobody pays for it again. The charge is settled from the usage."""
         month = month_of(batch_id)
         with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
             batch.raw_output, batch.usage = raw, usage
+            settle(session, batch_id, usage, price)
             moves.batch(batch, BatchStatus.RECEIVED, "output saved, not yet validated")
             for post in self._posts_of(session, batch, PostStatus.RUNNING):
                 moves.post(post, PostStatus.RECEIVED, "output saved, not yet validated")
@@ -366,10 +398,11 @@ class Ledger(LedgerReads):
                 )
             if decision.nothing_charged:
                 batch.charge = Charge.NONE
+            account(session, batch, decision)
             moves.batch(batch, decision.batch_to, decision.why, failure=decision.kind)
             batch.not_before = decision.batch_not_before
 
-    def import_spill(self, records: list[dict[str, Any]]) -> int:
+    def import_spill(self, records: list[dict[str, Any]], price: Price | None = None) -> int:
         """Take in what batches spilled while the ledger could not be written (R20). Safe to
         repeat: a fact the ledger already has is skipped. Returns the records taken in."""
         taken = 0
@@ -390,6 +423,7 @@ class Ledger(LedgerReads):
                 if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
                     why = "output saved from the spill file, not yet validated"
                     batch.raw_output, batch.usage = record["output"], record.get("usage")
+                    settle(session, batch_id, batch.usage, price)
                     moves.batch(batch, BatchStatus.RECEIVED, why)
                     for post in self._posts_of(session, batch, PostStatus.RUNNING):
                         moves.post(post, PostStatus.RECEIVED, why)

@@ -16,6 +16,7 @@ from postledger.models import (
     EventRecord,
     PostRecord,
     PostStatus,
+    SpendRecord,
     utcnow,
 )
 
@@ -89,6 +90,16 @@ class LedgerReads:
     def batch(self, batch_id: str) -> BatchRecord:
         with self._read() as session:
             return self._batch(session, batch_id)
+
+    def spend(self, month: str) -> list[SpendRecord]:
+        with self._read() as session:
+            return list(
+                session.exec(
+                    select(SpendRecord)
+                    .where(SpendRecord.month == month)
+                    .order_by(col(SpendRecord.id))
+                )
+            )
 
     def events(self, month: str) -> list[EventRecord]:
         with self._read() as session:

@@ -71,6 +71,15 @@ class Charge(StrEnum):
     CONFIRMED = "confirmed"  # the upstream answered with a task id: it was charged
 
 
+class SpendState(StrEnum):
+    """One paid submission, as far as the ledger can tell (what it may have cost)."""
+
+    POSSIBLE = "possible"  # sent, outcome unknown: the charge may or may not have happened
+    CONFIRMED = "confirmed"  # output received: charged, and the usage is known
+    WASTED = "wasted"  # paid, but the output was unusable (or never came)
+    REFUNDED = "refunded"  # the upstream certainly never took it: nothing was charged
+
+
 class FailureKind(StrEnum):
     TOO_LONG = "too_long"  # a single post longer than max_batch_chars: never sent
     INVALID_ITEM = "invalid_item"  # the model's item for this post failed validation
@@ -101,6 +110,7 @@ class Question(StrEnum):
 
     BREAKER = "breaker"  # the breaker is open: continue or stop (R19)
     RECOVERY = "recovery"  # interrupted batches: poll known tasks, resubmit unknown ones (R22-R24)
+    BUDGET = "budget"  # the next batch would cross the month's max_cost: go on or stop
 
 
 class Answer(StrEnum):
@@ -254,3 +264,22 @@ class ApprovalRecord(SQLModel, table=True):
     note: str | None = Field(default=None, sa_column=Column(Text))
     answered_by: str | None = None  # "Prefect UI", "postledger approve", "timeout"
     answered_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+
+
+class SpendRecord(SQLModel, table=True):
+    """One paid submission of a batch, written before the call with its estimated cost, and
+    settled with the upstream's usage. Money in integer micro-units (postledger.spend)."""
+
+    __tablename__ = "spend"
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    batch_id: str = Field(index=True)
+    send: int  # the batch's send number that may have made this charge
+    state: SpendState = SpendState.POSSIBLE
+    estimated_cost: int | None = None  # None: no price known for the model
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: int | None = None  # from the usage and the price table
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())

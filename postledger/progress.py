@@ -10,11 +10,13 @@ from typing import Any
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
+from postledger.charges import spend_summary
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, PostStatus
+from postledger.models import Answer, BatchStatus, PostStatus
 from postledger.policy import CONTINUE_HINTS
 from postledger.recovery import RecoveryPlan
 from postledger.settings import Settings
+from postledger.spend import money
 
 UNFINISHED = (
     PostStatus.PENDING,
@@ -52,7 +54,12 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
     failed = ledger.posts(month, PostStatus.FAILED)
     by_kind = Counter(p.failure_kind for p in failed)
     sample = {p.failure_kind: p.failure_reason for p in reversed(failed)}
-    batch_counts = Counter(b.status for b in ledger.batches(month))
+    batches = ledger.batches(month)
+    batch_counts = Counter(b.status for b in batches)
+    posts = ledger.posts(month)
+    spend = spend_summary(ledger.spend(month))
+    questions = ledger.approvals.approvals(month)
+    interrupted = [b.batch_id for b in batches if b.status is BatchStatus.RUNNING]
     return {
         "month": month,
         "total": total,
@@ -61,6 +68,30 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         "failed": counts[PostStatus.FAILED],
         "unfinished": sum(counts[s] for s in UNFINISHED),
         "batches": {status.value: batch_counts.get(status, 0) for status in BatchStatus},
+        "retries": {
+            # Paid business retries (R15), unpaid requeues, and request-layer retries (R16).
+            "business": sum(max(p.attempts - 1, 0) for p in posts),
+            "requeues": sum(p.requeues for p in posts),
+            "request": sum(b.request_retries for b in batches),
+        },
+        "bisections": len({b.split_from for b in batches if b.split_from}),
+        "breaker_events": sum(
+            1 for e in ledger.approvals.history(None, limit=10_000) if e.month == month
+        ),
+        "approvals": {
+            "asked": len(questions),
+            "given": sum(q.answer is Answer.CONTINUE for q in questions),
+            "refused": sum(q.answer is Answer.STOP for q in questions),
+            "unanswered": sum(q.answer in (None, Answer.TIMED_OUT) for q in questions),
+        },
+        "spend": {
+            **spend,
+            "unit": "micro-units (1000000 = 1 currency unit)",
+            "shown": {k: money(spend[k]) for k in ("confirmed", "possible", "wasted")},
+        },
+        # Running batches of a run that is not running any more: they wait for a person's
+        # yes (see `postledger plan`); while a run is going, they are simply in flight.
+        "running_batches": interrupted,
         "failures": [
             {
                 "kind": kind.value if kind else None,
@@ -82,6 +113,13 @@ def status_table(report: dict[str, Any]) -> Table:
         table.add_row(f"[{style}]{status}[/]" if style else status, str(n))
     table.add_section()
     table.add_row("unfinished", str(report["unfinished"]))
+    shown = report["spend"]["shown"]
+    table.add_row("spend confirmed / possible / wasted", " / ".join(shown.values()))
+    retries = report["retries"]
+    table.add_row(
+        "retries business / requeues / request",
+        f"{retries['business']} / {retries['requeues']} / {retries['request']}",
+    )
     for failure in report["failures"]:
         table.add_row(f"[red]failed: {failure['kind']}[/]", str(failure["count"]))
     return table
@@ -205,4 +243,18 @@ def recovery_table(month: str, plan: RecoveryPlan) -> Table:
             )
     if not plan.steps:
         table.add_row("none", "", "0", "no", "nothing was interrupted")
+    return table
+
+
+def failed_posts_table(settings: Settings, month: str) -> Table:
+    ledger = open_read_only(settings)
+    table = Table(title=f"failed posts of {month}", title_justify="left")
+    for column in ("post", "kind", "attempts", "reason"):
+        table.add_column(column, overflow="fold")
+    if ledger is None:
+        return table
+    for post in ledger.posts(month, PostStatus.FAILED):
+        kind = post.failure_kind.value if post.failure_kind else ""
+        table.add_row(post.post_id, kind, str(post.attempts), post.failure_reason or "")
+    ledger.close()
     return table

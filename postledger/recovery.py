@@ -18,6 +18,7 @@ from postledger.ledger import Ledger
 from postledger.ledger_reads import LedgerReads
 from postledger.models import BatchRecord, BatchStatus, PostRecord
 from postledger.policy import Decision, Limits, after_output
+from postledger.spend import Price
 from postledger.spill import Spill
 
 
@@ -45,12 +46,12 @@ def finish_saved_outputs(ledger: Ledger, month: str, limits: Limits) -> list[str
     return finished
 
 
-def import_spill(ledger: Ledger, spill: Spill) -> int:
+def import_spill(ledger: Ledger, spill: Spill, price: Price | None = None) -> int:
     """R20: take in the spill file, then move it aside. Returns the records taken in."""
     records = spill.records()
     if not records:
         return 0
-    taken = ledger.import_spill(records)
+    taken = ledger.import_spill(records, price)
     spill.archive()
     return taken
 

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 from postledger.policy import Limits
+from postledger.spend import DEFAULT_PRICES, Price
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
@@ -85,6 +86,19 @@ class Settings(BaseSettings):
     )
     rate_limit_max_wait: float = Field(default=600.0, ge=0, description="cap on Retry-After")
 
+    # --- money (integers in micro-units: 1 000 000 = one unit of the currency) ---
+    prices: dict[str, Price] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICES),
+        description='per model, per million tokens, e.g. {"m": {"input": 150000, "output": '
+        "600000}} ($0.15 / $0.60)",
+    )
+    max_cost: int | None = Field(
+        default=None,
+        ge=0,
+        description="budget per month in micro-units: a batch that would cross it waits for a "
+        "person's yes",
+    )
+
     # --- asking a person (R19, R24) ---
     approval_timeout: int = Field(
         default=86_400,
@@ -108,6 +122,10 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
+
+    def price(self) -> Price | None:
+        """The price of the configured model; None if the table has none."""
+        return self.prices.get(self.model)
 
     def breaker_name(self) -> str:
         """The key of the upstream's breaker: the same for every run against it (R19)."""

@@ -13,6 +13,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from postledger.breaker import BreakerHeld
+from postledger.charges import BudgetHeld
 from postledger.crash import CrashPoint, crash_point
 from postledger.db import LedgerUnavailable
 from postledger.failures import failure_of
@@ -41,6 +42,7 @@ class BatchOutcome:
     stop_run: str | None = None  # R14: what a person must fix before anything else is sent
     held: bool = False  # the breaker did not let it start: still queued, nothing paid (R18)
     ledger_failure: str | None = None  # a ledger write failed: nothing new may start (R20)
+    over_budget: str | None = None  # not started: it could cross the month's max_cost
 
     @classmethod
     def of(cls, batch_id: str, decision: Decision) -> BatchOutcome:
@@ -66,10 +68,17 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
     else:
         try:
             batch, posts = ledger.mark_running(
-                batch_id, upstream, idempotent=settings.upstream_idempotent
+                batch_id,
+                upstream,
+                idempotent=settings.upstream_idempotent,
+                price=settings.price(),
+                prompt=settings.prompt,
+                max_cost=settings.max_cost,
             )
         except BreakerHeld as exc:
             return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), held=True)
+        except BudgetHeld as exc:
+            return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), over_budget=str(exc))
         except LedgerUnavailable as exc:  # no record, no call (R20)
             return BatchOutcome(batch_id, BatchStatus.QUEUED, "not sent", ledger_failure=str(exc))
         crash_point(CrashPoint.AFTER_RUNNING)
@@ -112,7 +121,7 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
 
     crash_point(CrashPoint.AFTER_OUTPUT)
     try:
-        ledger.save_output(batch_id, snapshot.output, snapshot.usage)
+        ledger.save_output(batch_id, snapshot.output, snapshot.usage, settings.price())
     except LedgerUnavailable as exc:
         # R20: paid for and delivered; the next run imports it instead of paying again.
         Spill(settings.resolved_spill_path()).add(

@@ -139,7 +139,9 @@ def test_one_final_transport_failure_sends_one_at_a_time_until_a_success(
     charges = faulty.charges()
     assert len(charges) == 14  # the refused create made nothing; its batch was sent again
     assert peak_in_flight(charges, tripped, closed) == 1
-    assert sum(tripped <= datetime.fromisoformat(c["at"]) < closed for c in charges) == 1
+    # At least the probe was sent in between (and possibly a batch already marked `running`
+    # before the trip, whose create reached the upstream just after it).
+    assert sum(tripped <= datetime.fromisoformat(c["at"]) < closed for c in charges) >= 1
     assert peak_in_flight(charges, closed, None) == 2  # back to the full window
 
 
@@ -285,7 +287,6 @@ def test_the_breaker_and_the_answer_survive_a_restart(
     upstream = faulty.url.removeprefix("http://")
     env = {
         **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
         "POSTLEDGER_APPROVAL_TIMEOUT": "2",
     }
     posts = str(posts_file(tmp_path, 12))

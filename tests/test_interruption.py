@@ -45,7 +45,6 @@ def run_and_kill(
     )
     env = {
         **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
         "POSTLEDGER_UPSTREAM_URL": sim.url,
         "POSTLEDGER_DATABASE_URL": ledger_url,
     }

@@ -47,7 +47,7 @@ def postledger(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         process = subprocess.Popen(
             [sys.executable, "-m", "postledger", *args],
             cwd=tmp_path,
-            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), **env},
+            env={**os.environ, **env},  # the worker's Prefect home: migrated once
             stdout=stdout,
             stderr=stderr,
             text=True,

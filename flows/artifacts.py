@@ -1,0 +1,85 @@
+"""The month in the Prefect UI, as artifacts computed from the ledger alone (R27, R28).
+
+Keys are stable per month, so every run of a month adds a version to the same three artifacts:
+`postledger-YYYY-MM-progress` (share of posts completed), `postledger-YYYY-MM-failures` (failed
+posts by kind, with a reason and how to continue) and, at the end, `postledger-YYYY-MM-summary`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from uuid import UUID
+
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+
+from postledger.ledger import Ledger
+from postledger.progress import status_of
+from postledger.report import completed_share, summary_markdown
+
+# The UI need not follow every batch: at most one update per this many seconds.
+MIN_SECONDS_BETWEEN_UPDATES = 2.0
+
+
+def artifact_key(month: str, what: str) -> str:
+    return f"postledger-{month}-{what}"
+
+
+def failures_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": f["kind"],
+            "posts": f["count"],
+            "a reason": f["sample_reason"],
+            "how to continue": f["how_to_continue"] or "nothing: it is final",
+        }
+        for f in report["failures"]
+    ]
+
+
+class MonthArtifacts:
+    def __init__(self, ledger: Ledger, month: str) -> None:
+        self._ledger = ledger
+        self._month = month
+        self._progress_id: UUID | None = None
+        self._last = 0.0
+        self._started = time.monotonic()
+
+    def update(self, *, force: bool = False) -> None:
+        """Publish progress and failures, unless the last update was a moment ago."""
+        now = time.monotonic()
+        if not force and now - self._last < MIN_SECONDS_BETWEEN_UPDATES:
+            return
+        self._last = now
+        report = status_of(self._ledger, self._month)
+        if report is None:
+            return
+        share = completed_share(report)
+        detail = f"{report['completed']} of {report['total']} posts completed"
+        if self._progress_id is None:
+            self._progress_id = create_progress_artifact(
+                share, key=artifact_key(self._month, "progress"), description=detail
+            )
+        else:
+            update_progress_artifact(self._progress_id, share, description=detail)
+        create_table_artifact(
+            failures_rows(report),
+            key=artifact_key(self._month, "failures"),
+            description=f"{report['failed']} failed posts of {self._month}, by kind",
+        )
+
+    def finish(self) -> None:
+        """The last progress, failures and the summary of this run."""
+        self.update(force=True)
+        report = status_of(self._ledger, self._month)
+        if report is not None:
+            create_markdown_artifact(
+                summary_markdown(report, wall_seconds=time.monotonic() - self._started),
+                key=artifact_key(self._month, "summary"),
+                description=f"postledger {self._month}: where the month stands",
+            )

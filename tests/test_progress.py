@@ -1,0 +1,278 @@
+"""Progress, failure reasons and spend (R27-R30): the Prefect artifacts, `status` and `report`
+agree with the ledger, the money agrees with the simulator's own usage log, a budget is kept,
+and looking never calls the AI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from postledger.ledger import Ledger
+from postledger.models import Answer, PostStatus, Question, SpendState
+from postledger.settings import DEFAULT_PROMPT
+from postledger.spend import DEFAULT_PRICES, cost_of, estimate
+from tests.conftest import Sim, start_sim, write_jsonl
+
+MONTH = "2026-10"
+PRICE = DEFAULT_PRICES["sim-analyst-1"]
+MIXED = "create:http_503@0.08,poll:http_502@0.08,poll:forget@0.03,task:task_failed@0.05,"
+MIXED += "output:not_json@0.05,output:bad_field@0.1,create:rate_limit@0.05;retry_after=1"
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POSTLEDGER_REQUEST_BACKOFF", "0.05")
+    monkeypatch.setenv("POSTLEDGER_POLL_WAIT", "0.5")
+    monkeypatch.setenv("POSTLEDGER_RATE_LIMIT_WAIT", "1")
+    monkeypatch.setenv("POSTLEDGER_APPROVAL_POLL", "0.3")
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
+    yield from start_sim(monkeypatch, latency=0.1, faults=request.param, seed=3)
+
+
+def posts_file(tmp_path: Path, n: int) -> Path:
+    return write_jsonl(
+        tmp_path / f"{MONTH}.jsonl",
+        [f'{{"id": "s{i:03d}", "text": "Sync drops my notes, case {i}."}}' for i in range(n)],
+    )
+
+
+def postledger(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "postledger", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def artifact(key: str) -> Any:
+    from prefect.artifacts import Artifact
+
+    found = Artifact.get(key)
+    assert found is not None, key
+    return found.data
+
+
+@pytest.mark.parametrize("faulty", [MIXED], indirect=True)
+def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.monthly import monthly_posts
+
+    monkeypatch.setenv("POSTLEDGER_MAX_ATTEMPTS", "1")  # so that some posts end failed
+    monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 120)))
+    posts = ledger.posts(MONTH)
+    completed = sum(p.status is PostStatus.COMPLETED for p in posts)
+    failed_by_kind = dict(Counter(p.failure_kind.value for p in posts if p.failure_kind))
+    assert failed_by_kind, "the faults should have failed some posts"
+
+    assert float(artifact(f"postledger-{MONTH}-progress")) == pytest.approx(
+        100 * completed / len(posts)
+    )
+    table = json.loads(artifact(f"postledger-{MONTH}-failures"))
+    assert {row["kind"]: row["posts"] for row in table} == failed_by_kind
+    assert all(row["how to continue"] for row in table)
+    summary = artifact(f"postledger-{MONTH}-summary")
+    assert f"**{completed} of {len(posts)} posts completed**" in summary
+
+    stats_before = faulty.stats()["requests"]
+    for _ in range(3):
+        shown = postledger("status", "--month", MONTH, "--json")
+        assert shown.returncode == 0, shown.stderr
+        written = postledger("report", "--month", MONTH, "--out", str(tmp_path / "report"))
+        assert written.returncode == 0, written.stderr
+    assert faulty.stats()["requests"] == stats_before  # looking never calls the AI (R30)
+
+    listed = postledger("status", "--month", MONTH, "--failed", COLUMNS="250")
+    failed_ids = [p.post_id for p in posts if p.status is PostStatus.FAILED]
+    assert all(post_id in listed.stdout for post_id in failed_ids)
+    watched = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "postledger",
+            "status",
+            "--month",
+            MONTH,
+            "--watch",
+            "--every",
+            "0.3",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    watched.send_signal(signal.SIGINT)
+    assert watched.communicate(timeout=30)[0].count(f"postledger {MONTH}") >= 2  # refreshed
+    assert faulty.stats()["requests"] == stats_before
+
+    status = json.loads(shown.stdout)
+    assert status["completed"] == completed
+    assert {f["kind"]: f["count"] for f in status["failures"]} == failed_by_kind
+    rows = [json.loads(line) for line in (tmp_path / "report" / f"posts-{MONTH}.jsonl").open()]
+    assert [r["id"] for r in rows] == [p.post_id for p in posts]
+    assert sum(r["status"] == "completed" and r["category"] is not None for r in rows) == completed
+    header = (tmp_path / "report" / f"posts-{MONTH}.csv").read_text().splitlines()[0]
+    assert header.startswith("id,status,category,sentiment,summary,failure_kind")
+
+
+def test_spend_equals_the_simulators_usage(
+    prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    from flows.monthly import monthly_posts
+
+    monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 60)))
+    rows = ledger.spend(MONTH)
+    charges = sim.charges()
+    assert {r.state for r in rows} == {SpendState.CONFIRMED} and len(rows) == len(charges)
+    assert sum(r.input_tokens or 0 for r in rows) == sum(c["input_tokens"] for c in charges)
+    assert sum(r.output_tokens or 0 for r in rows) == sum(c["output_tokens"] for c in charges)
+    assert sum(r.cost or 0 for r in rows) == sum(
+        cost_of(PRICE, c["input_tokens"], c["output_tokens"]) for c in charges
+    )
+    # Each estimate, made before its call, did not fall short of what was charged.
+    assert all((r.estimated_cost or 0) >= (r.cost or 0) for r in rows)
+
+
+def test_status_looks_while_a_run_goes_on_in_another_process(
+    monkeypatch: pytest.MonkeyPatch, ledger_url: str, tmp_path: Path
+) -> None:
+    """The run talks to one simulator; `status` and `report`, configured with another as
+    their upstream, never reach it — not even while the month is being processed."""
+    with start_sim_pair(monkeypatch) as (working, idle):
+        env = {
+            **os.environ,
+            "POSTLEDGER_UPSTREAM_URL": working.url,
+        }
+        posts = str(posts_file(tmp_path, 100))
+        run = subprocess.Popen(
+            [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", posts],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not working.charges() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            seen = []
+            while run.poll() is None and len(seen) < 4:
+                shown = postledger(
+                    "status", "--month", MONTH, "--json", POSTLEDGER_UPSTREAM_URL=idle.url
+                )
+                if shown.returncode == 0:
+                    seen.append(json.loads(shown.stdout)["completed"])
+                postledger("report", "--month", MONTH, "--out", str(tmp_path / "r"))
+        finally:
+            assert run.wait(timeout=120) == 0
+        assert seen, "status should have been read while the run went on"
+        assert idle.stats()["requests"] == {}
+
+
+class start_sim_pair:
+    """Two simulators: one for the run, one that only `status` is pointed at."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monkeypatch = monkeypatch
+
+    def __enter__(self) -> tuple[Sim, Sim]:
+        self._working = start_sim(self._monkeypatch, latency=0.5)
+        self._idle = start_sim(self._monkeypatch, latency=0.5)
+        return next(self._working), next(self._idle)
+
+    def __exit__(self, *exc: object) -> None:
+        for generator in (self._idle, self._working):
+            generator.close()
+
+
+def actual_cost(posts: list[tuple[str, str]]) -> int:
+    """The simulator's own charge for a batch, from its own token counting."""
+    from postledger.sim.model import count_tokens, write_output
+
+    input_tokens = count_tokens(DEFAULT_PROMPT) + sum(count_tokens(t) for _, t in posts)
+    return cost_of(PRICE, input_tokens, count_tokens(write_output(posts)))
+
+
+def wait_for_question(ledger: Ledger) -> Any:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        question = ledger.approvals.waiting(MONTH)
+        if question is not None and question.kind is Question.BUDGET:
+            return question
+        time.sleep(0.1)
+    raise AssertionError("the run did not pause for the budget")
+
+
+@pytest.mark.parametrize("answer", [Answer.CONTINUE, Answer.STOP])
+def test_a_budget_pauses_the_run_before_it_is_crossed(
+    prefect_harness: None,
+    sim: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    answer: Answer,
+) -> None:
+    from prefect.flow_runs import resume_flow_run
+
+    from flows.dispatch import RunStopped
+    from flows.monthly import monthly_posts
+
+    monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "5")
+    texts = [(f"s{i:03d}", f"Sync drops my notes, case {i}.") for i in range(40)]
+    batches = [texts[i : i + 5] for i in range(0, 40, 5)]
+    # Just above the cost of half the month: what the first three cost, and what the fourth
+    # was estimated to cost before it was sent (an estimate errs high: it guards the budget).
+    max_cost = sum(actual_cost(b) for b in batches[:3])
+    max_cost += estimate(PRICE, DEFAULT_PROMPT, [t for _, t in batches[3]])
+    assert sum(actual_cost(b) for b in batches[:4]) <= max_cost
+    monkeypatch.setenv("POSTLEDGER_MAX_COST", str(max_cost))
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 40)))
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    question = wait_for_question(ledger)
+    time.sleep(0.5)
+    charged = sim.charges()
+    assert len(charged) == 4  # the fifth batch would have crossed the budget
+    assert sum(cost_of(PRICE, c["input_tokens"], c["output_tokens"]) for c in charged) <= max_cost
+
+    resume_flow_run(UUID(question.flow_run_id), run_input={"decision": answer.value, "note": ""})
+    thread.join(60)
+    if answer is Answer.CONTINUE:
+        assert "result" in outcome, outcome.get("error")
+        assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+        assert len(sim.charges()) == 8
+    else:
+        assert isinstance(outcome.get("error"), RunStopped)
+        assert "budget" in str(outcome["error"])
+        assert len(sim.charges()) == 4  # nothing charged beyond the budget
+        counts = ledger.counts(MONTH)
+        assert (counts[PostStatus.COMPLETED], counts[PostStatus.PENDING]) == (20, 20)
