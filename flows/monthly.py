@@ -75,7 +75,13 @@ def monthly_posts(
         # Safe work first: saved outputs are finished without calling the AI (R21).
         if finished := finish_saved_outputs(ledger, month, settings.limits()):
             logger.info("finished %d batches from their saved outputs", len(finished))
-        plan = recovery_plan(ledger, month, idempotent=settings.upstream_idempotent)
+        plan = recovery_plan(
+            ledger,
+            month,
+            idempotent=settings.upstream_idempotent,
+            price=settings.price(),
+            prompt=settings.prompt,
+        )
         for step in plan.of(RecoveryAction.CLOSE):
             ledger.close_emptied(step.batch_id)
         answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)

@@ -14,6 +14,7 @@ from postledger.ledger import Ledger
 from postledger.models import ApprovalRecord, Question
 from postledger.recovery import RecoveryAction, RecoveryPlan
 from postledger.settings import Settings
+from postledger.spend import money
 
 
 class RecoveryAnswer(RunInput):
@@ -133,9 +134,10 @@ def recovery_question(month: str, plan: RecoveryPlan, settings: Settings) -> str
         )
     else:
         lines.append(
-            f"**Possible double charge: about {plan.double_charge_tokens} input tokens** (plus "
-            "their output): the upstream does not honour idempotency keys, so a batch it made "
-            "already would be made and charged again."
+            f"**Possible double charge: about {money(plan.double_charge_cost)}** "
+            f"({plan.double_charge_tokens} input tokens, plus their output): the upstream does "
+            "not honour idempotency keys, so a batch it made already would be made and charged "
+            "again."
         )
     lines += ["", "| batch | action | posts | why |", "| --- | --- | --- | --- |"]
     lines += [

@@ -221,7 +221,8 @@ def recovery_table(month: str, plan: RecoveryPlan) -> Table:
     at_risk = (
         "none: the upstream honours idempotency keys"
         if plan.idempotent
-        else f"about {plan.double_charge_tokens} input tokens, if every resubmission is confirmed"
+        else f"about {money(plan.double_charge_cost)} ({plan.double_charge_tokens} input tokens), "
+        "if every resubmission is confirmed"
     )
     table = Table(
         title=f"{month}: interrupted batches — possible double charge: {at_risk}",

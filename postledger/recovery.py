@@ -18,7 +18,7 @@ from postledger.ledger import Ledger
 from postledger.ledger_reads import LedgerReads
 from postledger.models import BatchRecord, BatchStatus, PostRecord
 from postledger.policy import Decision, Limits, after_output
-from postledger.spend import Price
+from postledger.spend import Price, estimate, money
 from postledger.spill import Spill
 
 
@@ -77,6 +77,7 @@ class RecoveryStep:
     post_ids: list[str]
     chars: int  # characters a resubmission sends again
     why: str
+    estimated_cost: int = 0  # micro-units, what sending it again may cost (0: no price known)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ class RecoveryPlan:
         """The input tokens that may be paid twice if every resubmission is confirmed."""
         return 0 if self.idempotent else self.resubmit_tokens
 
+    @property
+    def double_charge_cost(self) -> int:
+        """What may be paid twice (micro-units, estimated) if every resubmission is confirmed."""
+        resends = self.of(RecoveryAction.RESUBMIT)
+        return 0 if self.idempotent else sum(s.estimated_cost for s in resends)
+
     def summary(self) -> dict[str, Any]:
         return {
             "idempotent_upstream": self.idempotent,
@@ -113,6 +120,8 @@ class RecoveryPlan:
             },
             "resubmit_input_tokens": self.resubmit_tokens,
             "possible_double_charge_input_tokens": self.double_charge_tokens,
+            "possible_double_charge_cost": self.double_charge_cost,
+            "possible_double_charge_shown": money(self.double_charge_cost),
             "steps": [
                 {
                     "batch_id": s.batch_id,
@@ -130,6 +139,8 @@ def plan_recovery(
     posts_of: Mapping[str, Sequence[PostRecord]],
     *,
     idempotent: bool,
+    price: Price | None = None,
+    prompt: str = "",
 ) -> RecoveryPlan:
     """One step per interrupted batch (sent by an earlier run, not finished). A plain function
     of the records: `postledger plan` shows exactly what a run would do."""
@@ -154,12 +165,25 @@ def plan_recovery(
                 if idempotent
                 else "charged it, and a resubmission may be charged twice"
             )
-        steps.append(RecoveryStep(batch.batch_id, action, post_ids, chars, why))
+        texts = [text for _, text in batch.request or []]
+        cost = estimate(price, prompt, texts) if price is not None and texts else 0
+        steps.append(RecoveryStep(batch.batch_id, action, post_ids, chars, why, cost))
     return RecoveryPlan(steps, idempotent)
 
 
-def recovery_plan(ledger: LedgerReads, month: str, *, idempotent: bool) -> RecoveryPlan:
+def recovery_plan(
+    ledger: LedgerReads,
+    month: str,
+    *,
+    idempotent: bool,
+    price: Price | None = None,
+    prompt: str = "",
+) -> RecoveryPlan:
     batches = ledger.batches(month, BatchStatus.RUNNING, BatchStatus.RECEIVED)
     return plan_recovery(
-        batches, {b.batch_id: ledger.posts_of(b.batch_id) for b in batches}, idempotent=idempotent
+        batches,
+        {b.batch_id: ledger.posts_of(b.batch_id) for b in batches},
+        idempotent=idempotent,
+        price=price,
+        prompt=prompt,
     )

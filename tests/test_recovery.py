@@ -95,6 +95,9 @@ def test_a_crash_at_each_point_is_finished_by_the_next_run(
 
     finished = run_month(tmp_path, "--poll", "--resubmit")
     assert finished.returncode == 0, finished.stdout + finished.stderr
+    # The crash happened inside a batch task, holding an `ai-batch` slot that nothing else
+    # would ever give back on the local server: the next run freed it, and said so.
+    assert "tag:ai-batch slot" in finished.stdout + finished.stderr
 
     ledger = Ledger(ledger_url)
     posts = ledger.posts(MONTH)
@@ -119,6 +122,7 @@ def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_t
     plan = json.loads(shown.stdout)
     resubmit = plan["groups"]["resubmit"]["batches"]
     assert resubmit and plan["possible_double_charge_input_tokens"] > 0
+    assert plan["possible_double_charge_cost"] > 0  # in money, from the price table
     at_crash = Counter(c["idempotency_key"] for c in sim.charges())
     ledger = Ledger(ledger_url)
     key_of = {b.batch_id: b.idempotency_key for b in ledger.batches(MONTH)}
