@@ -11,6 +11,7 @@ import time
 from typing import Any
 from uuid import UUID
 
+from prefect import get_run_logger
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
@@ -51,7 +52,14 @@ class MonthArtifacts:
         self._started = time.monotonic()
 
     def update(self, *, force: bool = False) -> None:
-        """Publish progress and failures, unless the last update was a moment ago."""
+        """Publish progress and failures, unless the last update was a moment ago. Showing is
+        never worth stopping the work for: a failure to publish is logged, not raised."""
+        try:
+            self._update(force=force)
+        except Exception as exc:
+            get_run_logger().warning("could not update the artifacts of %s: %s", self._month, exc)
+
+    def _update(self, *, force: bool) -> None:
         now = time.monotonic()
         if not force and now - self._last < MIN_SECONDS_BETWEEN_UPDATES:
             return
@@ -76,10 +84,13 @@ class MonthArtifacts:
     def finish(self) -> None:
         """The last progress, failures and the summary of this run."""
         self.update(force=True)
-        report = status_of(self._ledger, self._month)
-        if report is not None:
-            create_markdown_artifact(
-                summary_markdown(report, wall_seconds=time.monotonic() - self._started),
-                key=artifact_key(self._month, "summary"),
-                description=f"postledger {self._month}: where the month stands",
-            )
+        try:
+            report = status_of(self._ledger, self._month)
+            if report is not None:
+                create_markdown_artifact(
+                    summary_markdown(report, wall_seconds=time.monotonic() - self._started),
+                    key=artifact_key(self._month, "summary"),
+                    description=f"postledger {self._month}: where the month stands",
+                )
+        except Exception as exc:
+            get_run_logger().warning("could not write the summary of %s: %s", self._month, exc)

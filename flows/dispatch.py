@@ -91,11 +91,14 @@ def run_until_done(
                 over_budget, budget_rechecked = None, True
                 continue
             if over_budget is not None:
-                answer = ask_about_budget(ledger, month, settings, over_budget)
-                over_budget, budget_rechecked = None, False
-                if answer is not Answer.CONTINUE:
-                    ledger.replan_unsent(month)  # not sent: back to pending, nothing charged
-                    return f"the month's budget would be crossed and {said(answer)}."
+                try:
+                    answer = ask_about_budget(ledger, month, settings, over_budget)
+                    over_budget, budget_rechecked = None, False
+                    if answer is not Answer.CONTINUE:
+                        ledger.replan_unsent(month)  # not sent: back to pending, uncharged
+                        return f"the month's budget would be crossed and {said(answer)}."
+                except LedgerUnavailable as exc:
+                    return ledger_stop(exc, set(), settings)
                 continue
             if level is BreakerLevel.OPEN and (to_poll or work_left(ledger, month, crashed)):
                 # Everything sent has come back (R20): now a person decides (R19).
@@ -108,6 +111,11 @@ def run_until_done(
                 continue
             wake = ledger.next_wake(month, skip=crashed)
             if wake is None and not to_poll:
+                if crashed:  # not a clean end: say so, so the run is not marked a success
+                    return (
+                        f"batches {', '.join(sorted(crashed))} crashed (see the log); their "
+                        "posts wait for the next run"
+                    )
                 return None
             wake = wake or utcnow()
             nap = max((wake - utcnow()).total_seconds(), quiet_until - time.monotonic(), 0.01)

@@ -8,6 +8,7 @@ where the last run stopped instead of starting over.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ from flows.recover import answer_given_before, ask_about_interrupted, carry_out
 from flows.slots import free_stale_slots
 from postledger.db import LedgerUnavailable
 from postledger.ledger import Ledger, open_ledger
-from postledger.posts import default_posts_path, load_posts, parse_month, previous_month
+from postledger.month_lease import MonthBusy
+from postledger.posts import Post, default_posts_path, load_posts, parse_month, previous_month
 from postledger.recovery import (
-    RecoveryAction,
     finish_saved_outputs,
     import_spill,
     recovery_plan,
@@ -59,7 +60,6 @@ def monthly_posts(
     but never saw answered — poll their known upstream tasks; send again those with no task id
     (which may be charged twice). Unset: the run asks, in its paused form, when it gets there.
     """
-    logger = get_run_logger()
     settings = Settings()
     month = parse_month(month) if month else previous_month()
     path = Path(posts_path) if posts_path else default_posts_path(settings.data_dir, month)
@@ -67,11 +67,35 @@ def monthly_posts(
 
     ledger_url = settings.resolved_database_url()
     ledger = open_ledger(ledger_url)
+    holder = str(flow_run.id or uuid.uuid4())
+    try:
+        with ledger.leases.holding(month, holder):
+            return process_month(ledger, ledger_url, month, posts, path, settings, poll, resubmit)
+    except MonthBusy as exc:
+        raise RunStopped(f"{month}: nothing was done: {exc}") from None
+    except LedgerUnavailable as exc:
+        raise RunStopped(f"{month}: nothing was sent: {exc}") from None
+
+
+def process_month(
+    ledger: Ledger,
+    ledger_url: str,
+    month: str,
+    posts: list[Post],
+    path: Path,
+    settings: Settings,
+    poll: bool | None,
+    resubmit: bool | None,
+) -> dict[str, Any]:
+    """The month's work, while this run holds the month."""
+    logger = get_run_logger()
     try:
         # What an earlier run paid for but could not write comes first (R20).
         if taken := import_spill(ledger, Spill(settings.resolved_spill_path()), settings.price()):
             logger.warning("imported %d records from the spill file of an earlier run", taken)
         synced = ledger.sync_posts(month, posts, model=settings.model, prompt=settings.prompt)
+        if closed := ledger.close_emptied(month):
+            logger.info("closed %d sent batches whose posts all changed since", len(closed))
         # Safe work first: saved outputs are finished without calling the AI (R21).
         if finished := finish_saved_outputs(ledger, month, settings.limits()):
             logger.info("finished %d batches from their saved outputs", len(finished))
@@ -82,8 +106,6 @@ def monthly_posts(
             price=settings.price(),
             prompt=settings.prompt,
         )
-        for step in plan.of(RecoveryAction.CLOSE):
-            ledger.close_emptied(step.batch_id)
         answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)
         polls = carry_out(ledger, plan, answer) if answer else []
         ledger.replan_unsent(month)
@@ -113,7 +135,10 @@ def monthly_posts(
         )
         if stopped is None and answer is None and plan.needs_yes:
             # R22-R24: asked once, after everything safe is done.
-            answer = ask_about_interrupted(ledger, month, plan, settings)
+            try:
+                answer = ask_about_interrupted(ledger, month, plan, settings)
+            except LedgerUnavailable as exc:
+                raise RunStopped(f"{month}: stopped, nothing more was sent: {exc}") from None
             if answer is not None:
                 polls = carry_out(ledger, plan, answer)
                 stopped = run_until_done(

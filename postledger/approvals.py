@@ -85,6 +85,7 @@ class Approvals:
                     "superseded by a newer question",
                     utcnow(),
                 )
+                old.used_at = old.answered_at  # nothing in it for a later run to use
                 session.add(old)
             record = ApprovalRecord(
                 month=month,
@@ -229,7 +230,7 @@ class Approvals:
                 .where(
                     ApprovalRecord.month == month,
                     ApprovalRecord.kind == Question.RECOVERY,
-                    col(ApprovalRecord.answer).is_not(None),
+                    col(ApprovalRecord.answer).in_([Answer.CONTINUE, Answer.STOP]),
                     col(ApprovalRecord.used_at).is_(None),
                 )
                 .order_by(col(ApprovalRecord.id).desc())

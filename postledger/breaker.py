@@ -7,13 +7,17 @@ transport failure counts — request retries inside a batch never do.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from sqlmodel import Session, col, select
 
-from postledger.models import BatchRecord, BatchStatus, BreakerLevel, BreakerRecord
+from postledger.models import BatchRecord, BatchStatus, BreakerLevel, BreakerRecord, utcnow
 from postledger.states import move_breaker
+
+# A probe of another month older than this is taken for one left by a killed run: it no longer
+# holds the one probe slot (a live probe ends long before, or gives up at its task deadline).
+PROBE_HOLD = timedelta(hours=1)
 
 
 class Signal(StrEnum):
@@ -101,7 +105,7 @@ def check_may_start(session: Session, upstream: str, batch: BatchRecord) -> None
             select(BatchRecord.batch_id).where(
                 BatchRecord.status == BatchStatus.RUNNING,
                 BatchRecord.month != batch.month,
-                col(BatchRecord.started_at) >= breaker.changed_at,
+                col(BatchRecord.started_at) >= max(breaker.changed_at, utcnow() - PROBE_HOLD),
             )
         ).first()
         if other is not None:

@@ -104,14 +104,15 @@ def account(session: Session, batch: BatchRecord, decision: Decision) -> None:
 def spend_summary(rows: list[SpendRecord]) -> dict[str, int]:
     """Totals of a month's charges, in micro-units and tokens. `possible` is an estimate:
     charges that may or may not have happened."""
-    summary = {"confirmed": 0, "possible": 0, "wasted": 0, "refunded": 0}
-    summary |= {"submissions": len(rows), "input_tokens": 0, "output_tokens": 0}
+    summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
+    summary |= {"submissions": len(rows), "refunded_submissions": 0}  # counts
+    summary |= {"input_tokens": 0, "output_tokens": 0}
     for row in rows:
         amount = row.cost if row.cost is not None else (row.estimated_cost or 0)
         if row.state is SpendState.POSSIBLE:
             summary["possible"] += row.estimated_cost or 0
         elif row.state is SpendState.REFUNDED:
-            summary["refunded"] += 1
+            summary["refunded_submissions"] += 1
         else:
             summary[row.state.value] += amount
         summary["input_tokens"] += row.input_tokens or 0

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, Enum, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, SQLModel
@@ -98,6 +98,15 @@ def _add_new_columns(engine: Engine) -> None:
                     connection.execute(
                         text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}')
                     )
+                # PostgreSQL keeps enums as types of their own: new members must be added.
+                if engine.dialect.name == "postgresql" and isinstance(column.type, Enum):
+                    for label in column.type.enums:
+                        connection.execute(
+                            text(
+                                f'ALTER TYPE "{column.type.name}" ADD VALUE IF NOT EXISTS '
+                                f"'{label}'"
+                            )
+                        )
 
 
 BREAKERS = "breakers"  # the lock scope of every breaker and approval: they are global

@@ -7,6 +7,7 @@ from postledger.policy import Failure, Reach
 from postledger.upstream import (
     AmbiguousCreate,
     RejectedError,
+    TaskStillRunning,
     TaskUnknownError,
     TransportError,
     UpstreamError,
@@ -23,7 +24,7 @@ _QUOTA_TYPES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "q
 
 
 def classify(error: UpstreamError) -> FailureKind:
-    if isinstance(error, TransportError | AmbiguousCreate):
+    if isinstance(error, TransportError | AmbiguousCreate | TaskStillRunning):
         return FailureKind.TRANSPORT
     if isinstance(error, TaskUnknownError):
         return FailureKind.TASK_UNKNOWN

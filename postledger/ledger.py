@@ -34,6 +34,7 @@ from postledger.models import (
     SpendRecord,
     utcnow,
 )
+from postledger.month_lease import MonthLeases
 from postledger.planning import Sized, plan_batches
 from postledger.policy import Decision
 from postledger.posts import (
@@ -98,6 +99,7 @@ class Ledger(LedgerReads):
             create_schema(self.engine)
         self._locks = WriteLocks(self.engine)
         self.approvals = Approvals(self.engine, self._locks)  # breakers and people's answers
+        self.leases = MonthLeases(self._locks)  # one run per month
 
     def close(self) -> None:
         self.engine.dispose()
@@ -281,6 +283,8 @@ class Ledger(LedgerReads):
                 check_may_start(session, upstream, batch)
             moves.batch(batch, BatchStatus.RUNNING, "about to call the upstream")
             posts = self._posts_of(session, batch, PostStatus.QUEUED)
+            if not posts:
+                raise LedgerError(f"batch {batch_id} has no post left to send")
             if batch.request is None:
                 if len(posts) != len(batch.post_ids):
                     raise LedgerError(
@@ -439,12 +443,24 @@ class Ledger(LedgerReads):
             for post in self._posts_of(session, batch, PostStatus.RUNNING):
                 moves.post(post, PostStatus.QUEUED, why)
 
-    def close_emptied(self, batch_id: str) -> None:
-        """An interrupted batch whose posts all changed since (R25): nothing of it is reused."""
-        with self._write(month_of(batch_id)) as (session, moves):
-            batch = self._batch(session, batch_id)
-            why = "every post of it changed since it was sent: its result is not reused"
-            moves.batch(batch, BatchStatus.FAILED, why, failure=FailureKind.INPUT_CHANGED)
+    def close_emptied(self, month: str) -> list[str]:
+        """Batches sent before whose posts all changed since (R25): nothing of them is reused
+        and nothing is sent again under their key. Returns their ids."""
+        closed = []
+        with self._write(month) as (session, moves):
+            candidates = session.exec(
+                select(BatchRecord).where(
+                    BatchRecord.month == month,
+                    col(BatchRecord.status).in_([BatchStatus.QUEUED, BatchStatus.RUNNING]),
+                    BatchRecord.sends > 0,
+                )
+            ).all()
+            for batch in candidates:
+                if not self._posts_of(session, batch):
+                    why = "every post of it changed since it was sent: it is not sent again"
+                    moves.batch(batch, BatchStatus.FAILED, why, failure=FailureKind.INPUT_CHANGED)
+                    closed.append(batch.batch_id)
+        return closed
 
     def release_due(self, month: str, now: datetime | None = None) -> int:
         """Posts whose wait is over go back to `pending`, to be planned again (R11)."""

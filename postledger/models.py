@@ -283,3 +283,16 @@ class SpendRecord(SQLModel, table=True):
     cost: int | None = None  # from the usage and the price table
     at: datetime = Field(default_factory=utcnow, sa_column=_when())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class MonthRunRecord(SQLModel, table=True):
+    """Which run is processing a month now: one at a time, or a second run would take the
+    first one's batches in flight for interrupted ones (and could pay for them twice)."""
+
+    __tablename__ = "month_runs"
+
+    month: str = Field(primary_key=True, max_length=7)
+    holder: str  # the flow run id (or a random id outside Prefect)
+    host: str
+    pid: int
+    heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=_when())

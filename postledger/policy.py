@@ -233,7 +233,7 @@ def _after_failure(
             nothing_charged=True,
         )
 
-    if idempotent and all(p.requeues < limits.max_requeues for p in posts):
+    if idempotent and posts and all(p.requeues < limits.max_requeues for p in posts):
         # The upstream may hold this task already: send the same key again, which is answered
         # with that task at no new charge, or makes it once if it never arrived.
         not_before = now + timedelta(

@@ -86,7 +86,7 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         },
         "spend": {
             **spend,
-            "unit": "micro-units (1000000 = 1 currency unit)",
+            "unit": "confirmed, possible, wasted: micro-units (1000000 = 1 currency unit)",
             "shown": {k: money(spend[k]) for k in ("confirmed", "possible", "wasted")},
         },
         # Running batches of a run that is not running any more: they wait for a person's

@@ -29,13 +29,14 @@ def post_rows(ledger: LedgerReads, month: str) -> list[dict[str, Any]]:
     """One row per post. `cost_share`: the post's share (by its characters) of the settled
     cost of the batches it was in, in micro-units."""
     shares: Counter[str] = Counter()
-    spend = {row.batch_id: row for row in ledger.spend(month)}
+    paid: Counter[str] = Counter()  # per batch, every settled charge of it
+    for row in ledger.spend(month):
+        if row.state in (SpendState.CONFIRMED, SpendState.WASTED):
+            paid[row.batch_id] += row.cost if row.cost is not None else (row.estimated_cost or 0)
     for batch in ledger.batches(month):
-        row = spend.get(batch.batch_id)
-        paid = row is not None and row.state in (SpendState.CONFIRMED, SpendState.WASTED)
-        if not paid or not batch.request or row is None:
+        cost = paid[batch.batch_id]
+        if not cost or not batch.request:
             continue
-        cost = row.cost if row.cost is not None else (row.estimated_cost or 0)
         chars = sum(len(text) for _, text in batch.request) or 1
         for post_id, text in batch.request:
             shares[post_id] += cost * len(text) // chars

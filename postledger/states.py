@@ -43,7 +43,8 @@ POST_TRANSITIONS: Mapping[PostStatus, frozenset[PostStatus]] = {
 }
 
 BATCH_TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
-    B.QUEUED: frozenset({B.RUNNING, B.CANCELLED}),
+    # queued -> failed: sent before (so maybe paid), and every post of it changed since (R25).
+    B.QUEUED: frozenset({B.RUNNING, B.CANCELLED, B.FAILED}),
     # running -> queued: sent again later with the same idempotency key, which an upstream that
     # honours keys answers with the task it may already have made, at no new charge.
     B.RUNNING: frozenset({B.RECEIVED, B.FAILED, B.QUEUED}),

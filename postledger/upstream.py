@@ -53,6 +53,11 @@ class UpstreamError(Exception):
         self.http_status = status
 
 
+class TaskStillRunning(UpstreamError):
+    """The task was made (and paid for) but did not end before our deadline: it may still
+    finish upstream, so it is never replaced by a new one without a person."""
+
+
 class TransportError(UpstreamError):
     """No answer, or a server-side fault (5xx): worth retrying at the request layer (R10).
 
@@ -200,7 +205,7 @@ class TaskApiClient:
             if snapshot.done:
                 return snapshot
             if time.monotonic() >= give_up:
-                raise UpstreamError(
+                raise TaskStillRunning(
                     f"task {task_id} still {snapshot.status} after {deadline:g} s; "
                     "it may still finish upstream"
                 )

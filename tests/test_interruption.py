@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from postledger.ledger import Ledger
 from postledger.models import BatchRecord, BatchStatus, PostStatus
@@ -65,8 +66,12 @@ def run_and_kill(
             assert time.monotonic() < deadline, "the run never reached the moment to kill it"
             if watcher is None and db_file.exists():
                 watcher = Ledger(ledger_url, read_only=True)
-            if watcher is not None and ready(watcher, sim):
-                break
+            try:
+                if watcher is not None and ready(watcher, sim):
+                    break
+            except OperationalError:
+                pass  # the file is there, its tables not yet: look again
+
             time.sleep(0.2)
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the flow, and Prefect's server with it

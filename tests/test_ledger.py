@@ -241,3 +241,50 @@ def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> 
     )
     assert report.changed == 1
     ledger.close()
+
+
+def test_one_run_per_month(any_ledger_url: str) -> None:
+    """A second run of a month is refused while the first is alive; a killed run's claim is
+    taken over at once on its host, and after its heartbeat went stale elsewhere."""
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    from sqlmodel import Session
+
+    from postledger.models import MonthRunRecord, utcnow
+    from postledger.month_lease import STALE, MonthBusy
+
+    ledger = Ledger(any_ledger_url)
+    ledger.leases.claim(MONTH, "run-a")
+    ledger.leases.claim(MONTH, "run-a")  # the holder itself may claim again
+    ledger.leases.claim("2026-11", "run-b")  # another month is another matter
+    with pytest.raises(MonthBusy, match="run-a"):
+        ledger.leases.claim(MONTH, "run-b")
+
+    def change(**fields: Any) -> None:
+        with Session(ledger.engine) as session:
+            record = session.get(MonthRunRecord, MONTH)
+            assert record is not None
+            for name, value in fields.items():
+                setattr(record, name, value)
+            session.add(record)
+            session.commit()
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    change(pid=gone.pid)  # run-a's process was killed: its claim is free at once
+    ledger.leases.claim(MONTH, "run-b")
+
+    change(host="another-machine", heartbeat_at=utcnow())
+    with pytest.raises(MonthBusy):
+        ledger.leases.claim(MONTH, "run-c")
+    change(heartbeat_at=utcnow() - STALE - timedelta(seconds=1))
+    ledger.leases.claim(MONTH, "run-c")
+
+    ledger.leases.release(MONTH, "run-b")  # not the holder: nothing happens
+    with pytest.raises(MonthBusy):
+        ledger.leases.claim(MONTH, "run-d")
+    ledger.leases.release(MONTH, "run-c")
+    ledger.leases.claim(MONTH, "run-d")
+    ledger.close()

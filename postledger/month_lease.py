@@ -1,0 +1,99 @@
+"""One run per month at a time (R5, and R22-R24: only a run that is not running any more can
+have interrupted batches).
+
+A run claims its month in the ledger and keeps the claim fresh with a heartbeat. Another run
+of the same month is refused while the holder is alive: on the same host, while its process
+exists; from another host, while its heartbeat is recent. A killed run's claim is taken over at
+once on its own host, and after `STALE` elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import timedelta
+
+from postledger.db import LedgerUnavailable, WriteLocks
+from postledger.models import MonthRunRecord, utcnow
+
+STALE = timedelta(seconds=90)  # three missed heartbeats
+HEARTBEAT_SECONDS = 30.0
+
+
+class MonthBusy(RuntimeError):
+    """Another live run is processing this month; the message says which and since when."""
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by someone else
+    return True
+
+
+class MonthLeases:
+    def __init__(self, locks: WriteLocks) -> None:
+        self._locks = locks
+        self._host = socket.gethostname()
+
+    def claim(self, month: str, holder: str) -> None:
+        """Take the month for `holder`, or raise `MonthBusy` if a live run holds it."""
+        with self._locks.session(month) as session:
+            record = session.get(MonthRunRecord, month)
+            if record is not None and record.holder != holder and self._alive(record):
+                raise MonthBusy(
+                    f"{month} is being processed by another run ({record.holder}, process "
+                    f"{record.pid} on {record.host}, last seen {record.heartbeat_at:%H:%M:%S} "
+                    "UTC). Wait for it to end, or stop it first; a second run would take its "
+                    "batches in flight for interrupted ones."
+                )
+            record = record or MonthRunRecord(month=month, holder=holder, host="", pid=0)
+            record.holder, record.host, record.pid = holder, self._host, os.getpid()
+            record.heartbeat_at = utcnow()
+            session.add(record)
+
+    def beat(self, month: str, holder: str) -> None:
+        with self._locks.session(month) as session:
+            record = session.get(MonthRunRecord, month)
+            if record is not None and record.holder == holder:
+                record.heartbeat_at = utcnow()
+                session.add(record)
+
+    def release(self, month: str, holder: str) -> None:
+        with self._locks.session(month) as session:
+            record = session.get(MonthRunRecord, month)
+            if record is not None and record.holder == holder:
+                session.delete(record)
+
+    def _alive(self, record: MonthRunRecord) -> bool:
+        fresh = utcnow() - record.heartbeat_at < STALE
+        if record.host == self._host and record.pid != os.getpid():
+            return fresh and _process_exists(record.pid)  # a killed run frees it at once
+        return fresh
+
+    @contextmanager
+    def holding(self, month: str, holder: str) -> Iterator[None]:
+        """Claim the month, keep the claim fresh while the block runs, give it back after."""
+        self.claim(month, holder)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_SECONDS):
+                with suppress(LedgerUnavailable):  # the run itself reports a ledger failure
+                    self.beat(month, holder)
+
+        beating = threading.Thread(target=beat, name=f"postledger-lease-{month}", daemon=True)
+        beating.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beating.join()
+            with suppress(LedgerUnavailable):
+                self.release(month, holder)
