@@ -41,6 +41,9 @@ class MonthLeases:
     def __init__(self, locks: WriteLocks) -> None:
         self._locks = locks
         self._host = socket.gethostname()
+        # Claims held by runs of this very process: a claim left by a run of this process that
+        # has ended (its release could not be written, say) is no longer held by anyone.
+        self._active: set[tuple[str, str]] = set()
 
     def claim(self, month: str, holder: str) -> None:
         """Take the month for `holder`, or raise `MonthBusy` if a live run holds it."""
@@ -57,6 +60,7 @@ class MonthLeases:
             record.holder, record.host, record.pid = holder, self._host, os.getpid()
             record.heartbeat_at = utcnow()
             session.add(record)
+        self._active.add((month, holder))
 
     def beat(self, month: str, holder: str) -> None:
         with self._locks.session(month) as session:
@@ -66,6 +70,7 @@ class MonthLeases:
                 session.add(record)
 
     def release(self, month: str, holder: str) -> None:
+        self._active.discard((month, holder))
         with self._locks.session(month) as session:
             record = session.get(MonthRunRecord, month)
             if record is not None and record.holder == holder:
@@ -73,9 +78,11 @@ class MonthLeases:
 
     def _alive(self, record: MonthRunRecord) -> bool:
         fresh = utcnow() - record.heartbeat_at < STALE
-        if record.host == self._host and record.pid != os.getpid():
-            return fresh and _process_exists(record.pid)  # a killed run frees it at once
-        return fresh
+        if record.host != self._host:
+            return fresh
+        if record.pid == os.getpid():
+            return (record.month, record.holder) in self._active
+        return fresh and _process_exists(record.pid)  # a killed run frees it at once
 
     @contextmanager
     def holding(self, month: str, holder: str) -> Iterator[None]:

@@ -106,24 +106,28 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     listed = postledger("status", "--month", MONTH, "--failed", COLUMNS="250")
     failed_ids = [p.post_id for p in posts if p.status is PostStatus.FAILED]
     assert all(post_id in listed.stdout for post_id in failed_ids)
-    watched = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "postledger",
-            "status",
-            "--month",
-            MONTH,
-            "--watch",
-            "--every",
-            "0.3",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(3)
-    watched.send_signal(signal.SIGINT)
-    assert watched.communicate(timeout=30)[0].count(f"postledger {MONTH}") >= 2  # refreshed
+    screen = tmp_path / "watch.out"
+    with screen.open("w") as sink:
+        watched = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "postledger",
+                "status",
+                "-m",
+                MONTH,
+                "--watch",
+                "--every",
+                "0.3",
+            ],
+            stdout=sink,
+        )
+        deadline = time.monotonic() + 60
+        while screen.read_text().count(f"postledger {MONTH}") < 2:  # refreshed at least once
+            assert time.monotonic() < deadline and watched.poll() is None
+            time.sleep(0.2)
+        watched.send_signal(signal.SIGINT)
+        assert watched.wait(timeout=30) == 0
     assert faulty.stats()["requests"] == stats_before
 
     status = json.loads(shown.stdout)
