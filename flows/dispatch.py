@@ -55,6 +55,7 @@ def run_until_done(
     quiet_until = 0.0  # monotonic time before which nothing new is submitted
     over_budget: str | None = None  # a batch was held back by the budget: ask once drained
     budget_rechecked = False
+    progressed = False  # batches ended since the artifacts were last updated
     to_poll = list(polls or [])
 
     while True:
@@ -81,6 +82,10 @@ def run_until_done(
                     if resume:
                         to_poll.remove(batch_id)
                     room -= 1
+
+        if progressed and on_progress is not None:
+            on_progress()  # after the next batches are on their way, not before
+        progressed = False
 
         if not in_flight:
             if stop is not None:
@@ -148,8 +153,7 @@ def run_until_done(
             if outcome.stop_run and stop is None:
                 stop = outcome.stop_run
                 logger.error("no further batch will start in this run: %s", stop)
-        if on_progress is not None:
-            on_progress()
+        progressed = True
 
 
 def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
