@@ -54,43 +54,39 @@ class MonthArtifacts:
     def update(self, *, force: bool = False) -> None:
         """Publish progress and failures, unless the last update was a moment ago. Showing is
         never worth stopping the work for: a failure to publish is logged, not raised."""
-        try:
-            self._update(force=force)
-        except Exception as exc:
-            get_run_logger().warning("could not update the artifacts of %s: %s", self._month, exc)
-
-    def _update(self, *, force: bool) -> None:
         now = time.monotonic()
         if not force and now - self._last < MIN_SECONDS_BETWEEN_UPDATES:
             return
         self._last = now
-        report = status_of(self._ledger, self._month)
-        if report is None:
-            return
-        share = completed_share(report)
-        detail = f"{report['completed']} of {report['total']} posts completed"
-        if self._progress_id is None:
-            self._progress_id = create_progress_artifact(
-                share, key=artifact_key(self._month, "progress"), description=detail
-            )
-        else:
-            update_progress_artifact(self._progress_id, share, description=detail)
-        create_table_artifact(
-            failures_rows(report),
-            key=artifact_key(self._month, "failures"),
-            description=f"{report['failed']} failed posts of {self._month}, by kind",
-        )
+        self._publish(summary=False)
 
     def finish(self) -> None:
-        """The last progress, failures and the summary of this run."""
-        self.update(force=True)
+        """The last progress and failures, and the summary of this run."""
+        self._publish(summary=True)
+
+    def _publish(self, *, summary: bool) -> None:
         try:
             report = status_of(self._ledger, self._month)
-            if report is not None:
+            if report is None:
+                return
+            share = completed_share(report)
+            detail = f"{report['completed']} of {report['total']} posts completed"
+            if self._progress_id is None:
+                self._progress_id = create_progress_artifact(
+                    share, key=artifact_key(self._month, "progress"), description=detail
+                )
+            else:
+                update_progress_artifact(self._progress_id, share, description=detail)
+            create_table_artifact(
+                failures_rows(report),
+                key=artifact_key(self._month, "failures"),
+                description=f"{report['failed']} failed posts of {self._month}, by kind",
+            )
+            if summary:
                 create_markdown_artifact(
                     summary_markdown(report, wall_seconds=time.monotonic() - self._started),
                     key=artifact_key(self._month, "summary"),
                     description=f"postledger {self._month}: where the month stands",
                 )
         except Exception as exc:
-            get_run_logger().warning("could not write the summary of %s: %s", self._month, exc)
+            get_run_logger().warning("could not update the artifacts of %s: %s", self._month, exc)

@@ -99,13 +99,7 @@ def process_month(
         # Safe work first: saved outputs are finished without calling the AI (R21).
         if finished := finish_saved_outputs(ledger, month, settings.limits()):
             logger.info("finished %d batches from their saved outputs", len(finished))
-        plan = recovery_plan(
-            ledger,
-            month,
-            idempotent=settings.upstream_idempotent,
-            price=settings.price(),
-            prompt=settings.prompt,
-        )
+        plan = recovery_plan(ledger, month, settings)
         answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)
         polls = carry_out(ledger, plan, answer) if answer else []
         ledger.replan_unsent(month)

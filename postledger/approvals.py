@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from postledger.breaker import Signal, apply_signal, breaker_for_update
@@ -58,6 +58,11 @@ class Approvals:
             rows = session.exec(query.order_by(col(BreakerEventRecord.id).desc()).limit(limit))
             return list(reversed(list(rows)))
 
+    def breaker_events_of(self, month: str) -> int:
+        """How many breaker events runs of `month` caused or answered."""
+        with Session(self._engine) as session:
+            return session.exec(select(func.count()).where(BreakerEventRecord.month == month)).one()
+
     def signal(self, upstream: str, signal: Signal, why: str, *, month: str) -> BreakerRecord:
         """Tell the breaker what a batch's upstream calls ended with (outside a batch's own
         transaction: batches pass their signal to `Ledger.apply` instead)."""
@@ -80,13 +85,9 @@ class Approvals:
         """Record that a run paused for a person; earlier open questions of the month lapse."""
         with self._write() as session:
             for old in self._unanswered(session, month, kind):
-                old.answer, old.answered_by, old.answered_at = (
-                    Answer.TIMED_OUT,
-                    "superseded by a newer question",
-                    utcnow(),
+                _answered(
+                    session, old, Answer.TIMED_OUT, note="", by="superseded by a newer question"
                 )
-                old.used_at = old.answered_at  # nothing in it for a later run to use
-                session.add(old)
             record = ApprovalRecord(
                 month=month,
                 upstream=upstream,
@@ -145,9 +146,7 @@ class Approvals:
                 if asked is not None and asked.answer is not None:
                     return breaker_for_update(session, upstream)
             for question in self._unanswered(session, month, Question.BREAKER):
-                question.answer, question.note = answer, note or None
-                question.answered_by, question.answered_at = by, utcnow()
-                session.add(question)
+                _answered(session, question, answer, note=note, by=by)
             breaker = breaker_for_update(session, upstream)
             said = f" ({note})" if note else ""
             if answer is Answer.CONTINUE and breaker.level is BreakerLevel.OPEN:
@@ -190,10 +189,9 @@ class Approvals:
                     question="answered with no run waiting",
                     batch_ids=batch_ids,
                 )
-            record.answer = Answer.CONTINUE if poll or resubmit else Answer.STOP
-            record.poll, record.resubmit, record.note = poll, resubmit, note or None
-            record.answered_by, record.answered_at = by, utcnow()
-            session.add(record)
+            record.poll, record.resubmit = poll, resubmit
+            answer = Answer.CONTINUE if poll or resubmit else Answer.STOP
+            _answered(session, record, answer, note=note, by=by)
             return record
 
     def close(self, question_id: int, answer: Answer, *, note: str, by: str) -> ApprovalRecord:
@@ -204,9 +202,7 @@ class Approvals:
             if record is None:
                 raise ValueError(f"no question {question_id} in the ledger")
             if record.answer is None:
-                record.answer, record.note = answer, note or None
-                record.answered_by, record.answered_at = by, utcnow()
-                session.add(record)
+                _answered(session, record, answer, note=note, by=by)
             return record
 
     def lapse(self, question_id: int, by: str) -> None:
@@ -214,13 +210,7 @@ class Approvals:
         with self._write() as session:
             record = session.get(ApprovalRecord, question_id)
             if record is not None and record.answer is None:
-                record.answer, record.answered_by, record.answered_at = (
-                    Answer.TIMED_OUT,
-                    by,
-                    utcnow(),
-                )
-                record.used_at = record.answered_at  # nothing in it for a later run to use
-                session.add(record)
+                _answered(session, record, Answer.TIMED_OUT, note="", by=by)
 
     def standing_recovery(self, month: str) -> ApprovalRecord | None:
         """The latest answer about interrupted batches that no run has used yet."""
@@ -254,3 +244,15 @@ class Approvals:
         if kind is not None:
             query = query.where(ApprovalRecord.kind == kind)
         return list(session.exec(query.order_by(col(ApprovalRecord.id))))
+
+
+def _answered(
+    session: Session, record: ApprovalRecord, answer: Answer, *, note: str, by: str
+) -> None:
+    """Close a question with its answer. A question nobody answered holds nothing a later run
+    could use, so it is marked used at once."""
+    record.answer, record.note = answer, note or None
+    record.answered_by, record.answered_at = by, utcnow()
+    if answer is Answer.TIMED_OUT:
+        record.used_at = record.answered_at
+    session.add(record)

@@ -225,13 +225,7 @@ def approve(
     ledger = Ledger(settings.resolved_database_url())
     question = ledger.approvals.waiting(month)
     upstream = question.upstream if question else settings.breaker_name()
-    plan = recovery_plan(
-        ledger,
-        month,
-        idempotent=settings.upstream_idempotent,
-        price=settings.price(),
-        prompt=settings.prompt,
-    )
+    plan = recovery_plan(ledger, month, settings)
     run_input: dict[str, object]
     if (question and question.kind is Question.RECOVERY) or (
         question is None and (poll or resubmit) and plan.needs_yes
@@ -306,13 +300,7 @@ def plan_command(
     if ledger is None:
         err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
         raise typer.Exit(1)
-    plan = recovery_plan(
-        ledger,
-        month,
-        idempotent=settings.upstream_idempotent,
-        price=settings.price(),
-        prompt=settings.prompt,
-    )
+    plan = recovery_plan(ledger, month, settings)
     ledger.close()
     if as_json:
         sys.stdout.write(json.dumps({"month": month, **plan.summary()}, indent=2) + "\n")

@@ -51,12 +51,12 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
     total = sum(counts.values())
     if total == 0:
         return None
-    failed = ledger.posts(month, PostStatus.FAILED)
+    posts = ledger.posts(month)
+    failed = [p for p in posts if p.status is PostStatus.FAILED]
     by_kind = Counter(p.failure_kind for p in failed)
     sample = {p.failure_kind: p.failure_reason for p in reversed(failed)}
     batches = ledger.batches(month)
     batch_counts = Counter(b.status for b in batches)
-    posts = ledger.posts(month)
     spend = spend_summary(ledger.spend(month))
     questions = ledger.approvals.approvals(month)
     interrupted = [b.batch_id for b in batches if b.status is BatchStatus.RUNNING]
@@ -75,9 +75,7 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
             "request": sum(b.request_retries for b in batches),
         },
         "bisections": len({b.split_from for b in batches if b.split_from}),
-        "breaker_events": sum(
-            1 for e in ledger.approvals.history(None, limit=10_000) if e.month == month
-        ),
+        "breaker_events": ledger.approvals.breaker_events_of(month),
         "approvals": {
             "asked": len(questions),
             "given": sum(q.answer is Answer.CONTINUE for q in questions),

@@ -18,7 +18,8 @@ from postledger.ledger import Ledger
 from postledger.ledger_reads import LedgerReads
 from postledger.models import BatchRecord, BatchStatus, PostRecord
 from postledger.policy import Decision, Limits, after_output
-from postledger.spend import Price, estimate, money
+from postledger.settings import Settings
+from postledger.spend import Price, estimate, money, tokens_of
 from postledger.spill import Spill
 
 
@@ -58,10 +59,6 @@ def import_spill(ledger: Ledger, spill: Spill, price: Price | None = None) -> in
 
 # --- batches interrupted without a saved output (R22-R26) -----------------------------------
 
-# A rough count of input tokens for the cost at risk: ~4 characters per token in English,
-# fewer in other scripts. The spend ledger (price table) turns tokens into money.
-CHARS_PER_TOKEN = 4
-
 
 class RecoveryAction(StrEnum):
     FINISH_LOCALLY = "finish_locally"  # output saved: validate it, no AI call (R21)
@@ -95,7 +92,7 @@ class RecoveryPlan:
     @property
     def resubmit_tokens(self) -> int:
         """Estimated input tokens of the resubmissions: what a double charge could cost."""
-        return sum(step.chars for step in self.of(RecoveryAction.RESUBMIT)) // CHARS_PER_TOKEN
+        return tokens_of(sum(step.chars for step in self.of(RecoveryAction.RESUBMIT)))
 
     @property
     def double_charge_tokens(self) -> int:
@@ -171,19 +168,13 @@ def plan_recovery(
     return RecoveryPlan(steps, idempotent)
 
 
-def recovery_plan(
-    ledger: LedgerReads,
-    month: str,
-    *,
-    idempotent: bool,
-    price: Price | None = None,
-    prompt: str = "",
-) -> RecoveryPlan:
+def recovery_plan(ledger: LedgerReads, month: str, settings: Settings) -> RecoveryPlan:
+    """The plan for the month's interrupted batches, as the configured upstream would see it."""
     batches = ledger.batches(month, BatchStatus.RUNNING, BatchStatus.RECEIVED)
     return plan_recovery(
         batches,
         {b.batch_id: ledger.posts_of(b.batch_id) for b in batches},
-        idempotent=idempotent,
-        price=price,
-        prompt=prompt,
+        idempotent=settings.upstream_idempotent,
+        price=settings.price(),
+        prompt=settings.prompt,
     )

@@ -17,7 +17,7 @@ from postledger.charges import BudgetHeld
 from postledger.crash import CrashPoint, crash_point
 from postledger.db import LedgerUnavailable
 from postledger.failures import failure_of
-from postledger.ledger import open_ledger
+from postledger.ledger import LedgerError, open_ledger
 from postledger.models import BatchStatus, FailureKind, utcnow
 from postledger.policy import Decision, Failure, after_failure
 from postledger.recovery import finish_from_output
@@ -84,7 +84,9 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
         crash_point(CrashPoint.AFTER_RUNNING)
 
     try:
-        if resume and batch.upstream_task_id:
+        if resume:
+            if batch.upstream_task_id is None:
+                raise LedgerError(f"batch {batch_id} has no task id to poll")
             task_id = batch.upstream_task_id
         else:
             task_id = await with_request_retries(create_upstream_task, settings)(
