@@ -24,6 +24,7 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -113,24 +114,31 @@ def pg_server() -> str:
     return PG_ADMIN_URL
 
 
-@pytest.fixture
-def pg_ledger_url(pg_server: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+@contextmanager
+def fresh_pg_database(admin_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database (its URL), dropped at exit."""
     import uuid
 
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
     name = f"postledger_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_server, isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def pg_ledger_url(pg_server: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    with fresh_pg_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -139,3 +147,18 @@ def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     url: str = request.getfixturevalue("pg_ledger_url")
     return url
+
+
+# --- a real Prefect server (UI, services), for the tests that need one -------------------------
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One `prefect server start` per pytest worker (a `tests.prefect_server.PrefectServer`), on
+    a fresh PostgreSQL database where one answers (required under CI), else on SQLite. Tests
+    that use it run their flows in child processes with `server.client_env()`."""
+    from tests.prefect_server import shared_prefect_server
+
+    home = tmp_path_factory.mktemp("prefect-server")
+    with shared_prefect_server(home, require_postgres=bool(os.environ.get("CI"))) as server:
+        yield server
