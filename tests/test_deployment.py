@@ -19,13 +19,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, inspect, text
 
 from postledger.ledger import Ledger
 from postledger.models import PostStatus
 from postledger.sample import generate_posts, write_posts
 from postledger.sim.server import simulator_process
-from tests.conftest import REPO, Sim
+from tests.conftest import REPO, Sim, ledger_text
 from tests.prefect_server import PrefectServer
 
 API_KEY = "sk-e2e-upstream-3f9c1d2b7a"  # must never be seen outside the Authorization header
@@ -239,20 +238,10 @@ def _secrets_are_nowhere(deployed: Deployed, run_id: str) -> None:
         "events": read("POST", "/events/filter", {"limit": 50}),
         "workers": "".join(p.read_text(errors="replace") for p in deployed.worker_logs),
         "server": deployed.server.log(),
-        "ledger": _ledger_dump(deployed.ledger_url),
+        "ledger": ledger_text(deployed.ledger_url),
     }
     # There is something to see: the run's logs, its artifacts, its events, the ledger.
     assert all(len(seen[where]) > 1000 for where in ("logs", "artifacts", "events", "ledger"))
     for where, content in seen.items():
         assert API_KEY not in content, f"the API key is in the {where}"
         assert DB_PASSWORD not in content, f"the ledger's password is in the {where}"
-
-
-def _ledger_dump(url: str) -> str:
-    engine = create_engine(url)
-    parts = []
-    with engine.connect() as connection:
-        for table in inspect(connection).get_table_names():
-            parts += [str(row) for row in connection.execute(text(f'SELECT * FROM "{table}"'))]
-    engine.dispose()
-    return "\n".join(parts)
