@@ -1,0 +1,221 @@
+"""A real `prefect server start` for tests, and a fresh PostgreSQL database to run it on.
+
+The ephemeral server of `prefect_test_harness` serves no UI and runs none of the server's
+services (pause expiry, lease reaper, scheduler, late runs). Tests that need them — a browser
+on the UI, a deployment picked up by a worker — start a real server with this module:
+
+    from tests.prefect_server import fresh_postgres_database, running_prefect_server
+
+    with fresh_postgres_database("myprefix") as db_url, running_prefect_server(
+        tmp_path / "prefect-home", db_url
+    ) as api_url:
+        env = prefect_client_env(api_url, tmp_path / "prefect-home")
+        subprocess.run([...], env=env)            # a flow, a worker, `prefect deploy`, ...
+
+`running_prefect_server` yields the API URL (`http://127.0.0.1:PORT/api`); the UI is served at
+the same origin (`ui_url(api_url)`). The server's output goes to `home/server.log` (read it when
+a test fails; a pipe nobody reads could fill and stall the server). At exit the server's whole
+process group is stopped. Without `database_url` the server uses SQLite under `home`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import httpx
+
+# Where the tests' PostgreSQL is (same variable and default as tests/conftest.py).
+PG_ADMIN_URL = os.environ.get(
+    "POSTLEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the usual small race applies)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def ui_url(api_url: str) -> str:
+    """The UI's base URL of a server whose API is at `api_url`."""
+    return api_url.removesuffix("/").removesuffix("/api")
+
+
+def prefect_client_env(api_url: str, home: Path | None = None) -> dict[str, str]:
+    """`os.environ` for a child process (flow, worker, CLI) that talks to the server."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    if home is not None:
+        env["PREFECT_HOME"] = str(home)
+    return env
+
+
+def server_log(home: Path) -> str:
+    """What the server of `home` has written so far (its last 20 000 characters)."""
+    path = home / "server.log"
+    return path.read_text(encoding="utf-8", errors="replace")[-20_000:] if path.exists() else ""
+
+
+@contextmanager
+def running_prefect_server(
+    home: Path,
+    database_url: str | None = None,
+    *,
+    startup_timeout: float = 120.0,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """Start `prefect server start` (UI on, services on) on a free loopback port; yield its API
+    URL once `/api/health` answers; stop its whole process group at exit.
+
+    `home` becomes the server's `PREFECT_HOME` (created if missing): its SQLite database when
+    `database_url` is None, its UI build, its concurrency leases (filesystem lease storage, so
+    a restart keeps them) and `server.log`. `database_url` is an async SQLAlchemy URL such as
+    `postgresql+asyncpg://postgres@127.0.0.1:5432/name` (see `fresh_postgres_database`).
+    `extra_env` is added last (e.g. `PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED`).
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        # Never inherit a client's target or another server's database.
+        if name not in ("PREFECT_API_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL")
+        and not name.startswith("PREFECT_API_DATABASE_")
+    }
+    env.update(
+        {
+            "PREFECT_HOME": str(home),
+            "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_UI_ENABLED": "true",
+            "PREFECT_SERVER_UI_API_URL": api_url,  # what the browser calls
+            "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
+            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,
+            "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+        }
+    )
+    if database_url is not None:
+        env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = database_url
+    env.update(extra_env or {})
+    args = [
+        sys.executable,
+        "-m",
+        "prefect",
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ui",
+    ]
+    with open(home / "server.log", "ab") as log:
+        process = subprocess.Popen(
+            args,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopped as one at exit
+        )
+    try:
+        _wait_healthy(process, api_url, home, startup_timeout)
+        yield api_url
+    finally:
+        _stop_group(process)
+
+
+def _wait_healthy(
+    process: subprocess.Popen[bytes], api_url: str, home: Path, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"prefect server exited with {process.returncode} before it was healthy; "
+                f"its log:\n{server_log(home)}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"prefect server at {api_url} not healthy after {timeout:.0f} s; "
+                f"its log:\n{server_log(home)}"
+            )
+        time.sleep(0.25)
+
+
+def _stop_group(process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """SIGTERM the server's process group, SIGKILL it if it lingers."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=timeout)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # whatever is left of the group
+    process.wait()
+
+
+@contextmanager
+def fresh_postgres_database(
+    prefix: str = "prefect_test", admin_url: str = PG_ADMIN_URL
+) -> Iterator[str]:
+    """Create an empty PostgreSQL database, yield its `postgresql+asyncpg://` URL (for a Prefect
+    server), and drop it at exit (with FORCE: a server still connected does not keep it).
+
+    `admin_url` is any SQLAlchemy or libpq URL of the cluster (user and host are kept, the
+    database is replaced). Raises `psycopg.OperationalError` when PostgreSQL is unreachable;
+    `postgres_available()` tells beforehand.
+    """
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.engine import make_url
+
+    admin = make_url(admin_url).set(drivername="postgresql")
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}".lower()
+    dsn = admin.render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield admin.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+            hide_password=False
+        )
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def postgres_available(admin_url: str = PG_ADMIN_URL) -> bool:
+    """Whether the PostgreSQL of `admin_url` answers."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    dsn = make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.OperationalError:
+        return False
