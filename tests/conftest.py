@@ -139,3 +139,18 @@ def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     url: str = request.getfixturevalue("pg_ledger_url")
     return url
+
+
+# --- a real Prefect server (UI, services), for the tests that need one -------------------------
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One `prefect server start` per pytest worker (a `tests.prefect_server.PrefectServer`), on
+    a fresh PostgreSQL database where one answers (required under CI), else on SQLite. Tests
+    that use it run their flows in child processes with `server.client_env()`."""
+    from tests.prefect_server import shared_prefect_server
+
+    home = tmp_path_factory.mktemp("prefect-server")
+    with shared_prefect_server(home, require_postgres=bool(os.environ.get("CI"))) as server:
+        yield server

@@ -12,6 +12,9 @@ on the UI, a deployment picked up by a worker — start a real server with this 
         env = prefect_client_env(api_url, tmp_path / "prefect-home")
         subprocess.run([...], env=env)            # a flow, a worker, `prefect deploy`, ...
 
+`tests/conftest.py` has a session fixture, `prefect_server`, that starts one such server (a
+`PrefectServer`, via `shared_prefect_server`) for all the tests of a pytest worker that ask.
+
 `running_prefect_server` yields the API URL (`http://127.0.0.1:PORT/api`); the UI is served at
 the same origin (`ui_url(api_url)`). The server's output goes to `home/server.log` (read it when
 a test fails; a pipe nobody reads could fill and stall the server). At exit the server's whole
@@ -28,7 +31,8 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -219,3 +223,35 @@ def postgres_available(admin_url: str = PG_ADMIN_URL) -> bool:
         return True
     except psycopg.OperationalError:
         return False
+
+
+@dataclass(frozen=True)
+class PrefectServer:
+    """A running server: its API URL, its PREFECT_HOME, and the database it runs on."""
+
+    api_url: str
+    home: Path
+    database: str  # "postgresql" or "sqlite"
+
+    @property
+    def ui_url(self) -> str:
+        return ui_url(self.api_url)
+
+    def log(self) -> str:
+        return server_log(self.home)
+
+    def client_env(self, home: Path | None = None) -> dict[str, str]:
+        return prefect_client_env(self.api_url, home)
+
+
+@contextmanager
+def shared_prefect_server(home: Path, *, require_postgres: bool = False) -> Iterator[PrefectServer]:
+    """A server on a fresh PostgreSQL database where one answers (dropped at exit), else on
+    SQLite under `home`; with `require_postgres`, no PostgreSQL is an error."""
+    database: AbstractContextManager[str | None] = nullcontext(None)
+    if postgres_available():
+        database = fresh_postgres_database("postledger_prefect")
+    elif require_postgres:
+        raise RuntimeError(f"no PostgreSQL at {PG_ADMIN_URL}")
+    with database as url, running_prefect_server(home, url) as api_url:
+        yield PrefectServer(api_url, home, "sqlite" if url is None else "postgresql")

@@ -18,7 +18,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,7 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.models import Answer, BreakerLevel, PostStatus
 from tests.conftest import Sim, start_sim, write_jsonl
-from tests.prefect_server import (
-    fresh_postgres_database,
-    postgres_available,
-    prefect_client_env,
-    running_prefect_server,
-    server_log,
-    ui_url,
-)
+from tests.prefect_server import PrefectServer
 
 MONTH = "2026-10"
 POSTS = 8
@@ -47,18 +39,6 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
 )
-
-
-@pytest.fixture
-def prefect_api(tmp_path: Path) -> Iterator[str]:
-    """A real Prefect server with its UI; on PostgreSQL where there is one."""
-    database: AbstractContextManager[str | None] = nullcontext(None)
-    if postgres_available():
-        database = fresh_postgres_database("postledger_ui_prefect")
-    elif os.environ.get("CI"):
-        pytest.fail("CI must have PostgreSQL on 127.0.0.1:5432")
-    with database as url, running_prefect_server(tmp_path / "prefect-server", url) as api_url:
-        yield api_url
 
 
 @pytest.fixture
@@ -82,15 +62,20 @@ def flow_run_state(api_url: str, flow_run_id: str) -> str:
 
 
 def test_breaker_question_answered_in_the_prefect_ui(
-    prefect_api: str, failing_sim: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path
+    prefect_server: PrefectServer,
+    failing_sim: Sim,
+    ledger: Ledger,
+    ledger_url: str,
+    tmp_path: Path,
 ) -> None:
     playwright = pytest.importorskip("playwright.sync_api")
+    prefect_api = prefect_server.api_url
     posts = write_jsonl(
         tmp_path / f"{MONTH}.jsonl",
         [f'{{"id": "p{i:02d}", "text": "Why does export fail, case {i}?"}}' for i in range(POSTS)],
     )
     env = {
-        **prefect_client_env(prefect_api, tmp_path / "prefect-client"),
+        **prefect_server.client_env(tmp_path / "prefect-client"),
         "PREFECT_LOGGING_LEVEL": "INFO",
         "POSTLEDGER_DATABASE_URL": ledger_url,
         "POSTLEDGER_UPSTREAM_URL": failing_sim.url,
@@ -115,7 +100,7 @@ def test_breaker_question_answered_in_the_prefect_ui(
         return (
             f"--- postledger run (exit {run.poll()}) ---\n"
             f"{run_log.read_text(errors='replace')[-8000:]}\n"
-            f"--- prefect server ---\n{server_log(tmp_path / 'prefect-server')[-4000:]}"
+            f"--- prefect server ({prefect_server.database}) ---\n{prefect_server.log()[-4000:]}"
         )
 
     try:
@@ -129,7 +114,9 @@ def test_breaker_question_answered_in_the_prefect_ui(
 
         # The upstream is repaired; a person answers in the UI.
         httpx.post(f"{failing_sim.url}/_sim/faults", json={"rules": []}).raise_for_status()
-        answer_in_the_ui(playwright, f"{ui_url(prefect_api)}/runs/flow-run/{flow_run_id}", tmp_path)
+        answer_in_the_ui(
+            playwright, f"{prefect_server.ui_url}/runs/flow-run/{flow_run_id}", tmp_path
+        )
 
         wait_for(
             "Completed",
