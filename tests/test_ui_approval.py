@@ -5,6 +5,8 @@ database where one is reachable, else SQLite under its home), the simulator with
 failing, `postledger run` pointed at that server, and Debian's `chromium` driven by Playwright.
 The breaker opens, the run pauses; the simulator is repaired; the test opens the run's page,
 presses Resume, chooses continue, writes a note, submits; the run goes on to `Completed`.
+Both UIs that Prefect 3.9 serves are driven: `v1` (Vue, `/runs/flow-run/<id>`, where the run's
+log links) and `v2` (React, `/v2/...`, the default for the dashboard).
 
 Skipped where no Chromium is installed (`.ci/run` installs Debian's).
 """
@@ -61,7 +63,9 @@ def flow_run_state(api_url: str, flow_run_id: str) -> str:
     return str(state["type"]) if state else "NONE"
 
 
+@pytest.mark.parametrize("ui", ["v1", "v2"])
 def test_breaker_question_answered_in_the_prefect_ui(
+    ui: str,
     prefect_server: PrefectServer,
     failing_sim: Sim,
     ledger: Ledger,
@@ -114,9 +118,7 @@ def test_breaker_question_answered_in_the_prefect_ui(
 
         # The upstream is repaired; a person answers in the UI.
         httpx.post(f"{failing_sim.url}/_sim/faults", json={"rules": []}).raise_for_status()
-        answer_in_the_ui(
-            playwright, f"{prefect_server.ui_url}/runs/flow-run/{flow_run_id}", tmp_path
-        )
+        answer_in_the_ui(playwright, ui, prefect_server.ui_url, flow_run_id, tmp_path)
 
         wait_for(
             "Completed",
@@ -154,43 +156,71 @@ def creates(sim: Sim) -> int:
     return int(sim.stats()["requests"].get("create", 0))
 
 
-def answer_in_the_ui(playwright: Any, page_url: str, tmp_path: Path) -> None:
-    """Open the paused run's page (the Vue UI the run's log links to), press Resume, choose
-    continue, write the note, submit. A screenshot is left in tmp_path when a step fails."""
+def answer_in_the_ui(playwright: Any, ui: str, base_url: str, flow_run_id: str, tmp: Path) -> None:
+    """Open the paused run's page, press Resume, choose continue, write the note, submit. A
+    screenshot is left in `tmp` when a step fails."""
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         try:
-            page.goto(page_url)
-            page.get_by_role("button", name="Resume", exact=True).click()
-            dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
-            # The question's markdown is shown above the form.
-            dialog.get_by_text("is open", exact=False).first.wait_for()
-
-            decision = (
-                dialog.locator(".schema-form-property")
-                .filter(has_text="Decision")
-                .locator("button.p-select-button__control")
-            )
-            # The select opens from the keyboard (a click on it inside the modal does not).
-            decision.focus()
-            page.keyboard.press("ArrowDown")
-            options = page.get_by_role("listbox").get_by_role("option")
-            options.first.wait_for()
-            assert options.all_inner_texts() == ["continue", "stop"]
-            options.filter(has_text="continue").click()
-            playwright.expect(decision).to_have_text("continue")
-
-            note = dialog.locator(".schema-form-property").filter(has_text="Note")
-            note.locator("textarea").fill(NOTE)
-            dialog.get_by_role("button", name="Submit").click()
-            # The UI mounts two toast containers: the same toast shows in both.
-            playwright.expect(page.get_by_text("Flow run resumed").first).to_be_visible(
-                timeout=15_000
-            )
+            if ui == "v1":
+                _answer_in_v1(playwright, page, f"{base_url}/runs/flow-run/{flow_run_id}")
+            else:
+                _answer_in_v2(playwright, page, f"{base_url}/v2/runs/flow-run/{flow_run_id}")
         except Exception:
-            page.screenshot(path=str(tmp_path / "ui-failure.png"), full_page=True)
+            page.screenshot(path=str(tmp / f"ui-failure-{ui}.png"), full_page=True)
             raise
         finally:
             browser.close()
+
+
+def _answer_in_v1(playwright: Any, page: Any, url: str) -> None:
+    """The Vue UI (the page the run's own log links to): Resume in the header, a modal with the
+    question's markdown and a form built from `BreakerAnswer`'s schema."""
+    page.goto(url)
+    page.get_by_role("button", name="Resume", exact=True).click()
+    dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
+    dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
+
+    decision = (
+        dialog.locator(".schema-form-property")
+        .filter(has_text="Decision")
+        .locator("button.p-select-button__control")
+    )
+    # This select opens from the keyboard: a click opens its options outside the modal, and
+    # the modal's focus trap takes the focus back, which closes them at once.
+    decision.focus()
+    page.keyboard.press("ArrowDown")
+    options = page.get_by_role("listbox").get_by_role("option")
+    options.first.wait_for()
+    assert options.all_inner_texts() == ["continue", "stop"]
+    options.filter(has_text="continue").click()
+    playwright.expect(decision).to_have_text("continue")
+
+    dialog.locator(".schema-form-property").filter(has_text="Note").locator("textarea").fill(NOTE)
+    dialog.get_by_role("button", name="Submit", exact=True).click()
+    # The UI mounts two toast containers: the same toast shows in both.
+    playwright.expect(page.get_by_text("Flow run resumed").first).to_be_visible()
+
+
+def _answer_in_v2(playwright: Any, page: Any, url: str) -> None:
+    """The React UI (Prefect's default for the dashboard): Resume in the run's menu, a dialog
+    with labelled fields."""
+    page.goto(url)
+    page.get_by_role("button", name="Open menu").first.click()
+    page.get_by_role("menuitem", name="Resume").click()
+    dialog = page.get_by_role("dialog", name="Resume Flow Run")
+    dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
+
+    decision = dialog.get_by_role("button", name="Select Decision")
+    decision.click()
+    options = page.get_by_role("option")
+    options.first.wait_for()
+    assert options.all_inner_texts() == ["continue", "stop"]
+    options.filter(has_text="continue").click()
+    playwright.expect(decision).to_have_text("continue")
+
+    dialog.get_by_label("Note (Optional)").fill(NOTE)
+    dialog.get_by_role("button", name="Resume", exact=True).click()
+    playwright.expect(page.get_by_text("Flow run resumed").first).to_be_visible()
