@@ -5,6 +5,9 @@ and compares the time from the first batch's start to the last batch's end, as t
 recorded them, with the ideal ceil(B / 2) · L of two batches always in flight.
 
     uv run python bench/throughput.py --batches 40 --latency 1 --repeat 3
+
+`--api-url` measures against a Prefect server of your own instead (e.g. `prefect server start`
+on PostgreSQL, see bench/README.md); `--ledger-url` puts the ledger elsewhere than SQLite.
 """
 
 from __future__ import annotations
@@ -32,14 +35,20 @@ def main() -> int:
         default="local",
         help="local: the server `postledger run` starts (default); ephemeral: Prefect's own",
     )
+    parser.add_argument("--api-url", help="a running Prefect server's API URL (overrides --server)")
+    parser.add_argument("--ledger-url", help="the ledger's database URL (default: SQLite)")
     args = parser.parse_args()
 
-    work = isolated_workdir("postledger-bench-")
+    extra = {"PREFECT_API_URL": args.api_url} if args.api_url else {}
+    if args.ledger_url:
+        extra["POSTLEDGER_DATABASE_URL"] = args.ledger_url
+    work = isolated_workdir("postledger-bench-", **extra)
     from flows.local_server import local_prefect_server
     from postledger.ledger import open_ledger
     from postledger.sim.server import simulator_process
 
-    server = local_prefect_server() if args.server == "local" else nullcontext()
+    own_server = args.server == "local" and not args.api_url
+    server = local_prefect_server() if own_server else nullcontext()
     ideal = math.ceil(args.batches / 2) * args.latency
     rows = []
     with server, simulator_process(latency=args.latency) as url:

@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from blocks import settings_from_blocks
 from flows.artifacts import MonthArtifacts
 from flows.dispatch import RunStopped, run_until_done
 from flows.limits import ensure_tag_limit
@@ -31,7 +32,7 @@ from postledger.recovery import (
     import_spill,
     recovery_plan,
 )
-from postledger.settings import Settings
+from postledger.settings import Settings, in_force
 from postledger.spill import Spill
 
 __all__ = ["RunStopped", "monthly_posts"]
@@ -53,14 +54,29 @@ def monthly_posts(
     posts_path: str | None = None,
     poll: bool | None = None,
     resubmit: bool | None = None,
+    upstream_block: str | None = None,
+    ledger_block: str | None = None,
 ) -> dict[str, Any]:
     """Process one month of posts (default: the month before today, UTC).
 
     `poll` / `resubmit`: a person's answers given up front about batches an earlier run sent
     but never saw answered — poll their known upstream tasks; send again those with no task id
     (which may be charged twice). Unset: the run asks, in its paused form, when it gets there.
+    `upstream_block` / `ledger_block`: names of a `postledger-upstream` and a
+    `postledger-ledger` block; what they leave unset comes from the `POSTLEDGER_*` variables.
     """
-    settings = Settings()
+    settings = settings_from_blocks(upstream_block, ledger_block)
+    with in_force(settings):
+        return _monthly_posts(settings, month, posts_path, poll, resubmit)
+
+
+def _monthly_posts(
+    settings: Settings,
+    month: str | None,
+    posts_path: str | None,
+    poll: bool | None,
+    resubmit: bool | None,
+) -> dict[str, Any]:
     month = parse_month(month) if month else previous_month()
     path = Path(posts_path) if posts_path else default_posts_path(settings.data_dir, month)
     posts = load_posts(path)  # a bad file stops here, before the ledger is touched

@@ -331,20 +331,31 @@ def breaker(
 @app.command()
 def setup(
     tag_limit: Annotated[int, typer.Option(help="Batches in flight across all runs.")] = 2,
+    work_pool: Annotated[
+        str, typer.Option(help="The process work pool prefect.yaml deploys to.")
+    ] = "postledger",
+    ledger_block: Annotated[
+        str | None,
+        typer.Option(help="Migrate the ledger this postledger-ledger block names instead."),
+    ] = None,
 ) -> None:
-    """Prepare this machine: create the ledger and Prefect's `ai-batch` tag limit (idempotent)."""
+    """Prepare the ledger and Prefect (idempotent): migrate the ledger to the current schema,
+    register the block types, create the `ai-batch` tag limit and the work pool."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from flows.limits import ensure_tag_limit
+    from blocks import register_block_types, settings_from_blocks
+    from flows.setup import prepare_prefect
     from postledger.db import safe_url
     from postledger.ledger import Ledger
 
-    settings = Settings()
+    if ledger_block:
+        register_block_types()  # so that the block can be loaded on a server never set up
+    settings = settings_from_blocks(ledger=ledger_block) if ledger_block else Settings()
     url = settings.resolved_database_url()
-    Ledger(url).close()
-    out.print(f"ledger ready: {safe_url(url)}")
-    limit = ensure_tag_limit(tag_limit)
-    note = "" if limit == tag_limit else f" (left as it was; asked for {tag_limit})"
-    out.print(f"Prefect tag limit tag:ai-batch = {limit}{note}")
+    ledger = Ledger(url)  # opening for writing migrates
+    out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
+    ledger.close()
+    for line in prepare_prefect(tag_limit, work_pool):
+        out.print(line)
 
 
 @app.command()

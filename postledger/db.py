@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, Enum, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session
 
 from postledger import models  # noqa: F401  (registers the tables)
 
@@ -81,32 +81,10 @@ def _configure_sqlite(engine: Engine, *, read_only: bool, busy_timeout_ms: int) 
 
 
 def create_schema(engine: Engine) -> None:
-    SQLModel.metadata.create_all(engine)
-    _add_new_columns(engine)
+    """Create or upgrade the ledger's tables (Alembic revisions, `postledger.migrate`)."""
+    from postledger.migrate import upgrade
 
-
-def _add_new_columns(engine: Engine) -> None:
-    """Columns added since a ledger was made (all nullable) are added to it, so an older
-    ledger keeps its history. Real migrations (Alembic) are the deployment issue's."""
-    existing = inspect(engine)
-    with engine.begin() as connection:
-        for table in SQLModel.metadata.sorted_tables:
-            have = {c["name"] for c in existing.get_columns(table.name)}
-            for column in table.columns:
-                if column.name not in have and column.nullable:
-                    kind = column.type.compile(dialect=engine.dialect)
-                    connection.execute(
-                        text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}')
-                    )
-                # PostgreSQL keeps enums as types of their own: new members must be added.
-                if engine.dialect.name == "postgresql" and isinstance(column.type, Enum):
-                    for label in column.type.enums:
-                        connection.execute(
-                            text(
-                                f'ALTER TYPE "{column.type.name}" ADD VALUE IF NOT EXISTS '
-                                f"'{label}'"
-                            )
-                        )
+    upgrade(engine)
 
 
 BREAKERS = "breakers"  # the lock scope of every breaker and approval: they are global

@@ -23,6 +23,7 @@ from postledger.breaker import apply_signal, check_may_start
 from postledger.charges import account, check_budget, settle
 from postledger.db import BREAKERS, WriteLocks, create_schema, make_engine
 from postledger.ledger_reads import LedgerError, LedgerReads
+from postledger.migrate import check_current, current_revision
 from postledger.models import (
     BatchRecord,
     BatchStatus,
@@ -95,7 +96,9 @@ class Ledger(LedgerReads):
             read_only=read_only,
             busy_timeout=busy_timeout or Settings().sqlite_busy_timeout,
         )
-        if not read_only:
+        if read_only:
+            check_current(self.engine)
+        else:
             create_schema(self.engine)
         self._locks = WriteLocks(self.engine)
         self.approvals = Approvals(self.engine, self._locks)  # breakers and people's answers
@@ -103,6 +106,11 @@ class Ledger(LedgerReads):
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def schema_revision(self) -> str | None:
+        """The Alembic revision the ledger's schema is at."""
+        with self.engine.connect() as connection:
+            return current_revision(connection)
 
     # --- sessions --------------------------------------------------------------------------
 

@@ -1,10 +1,15 @@
 """All settings in one pydantic-settings model, read from `POSTLEDGER_*` variables.
 
-Blocks (a later issue) fill the same model, so the core never asks where a value came from.
+Prefect Blocks (`blocks/`) fill the same model: a flow run loads its blocks once and puts the
+result in force for everything it runs (`in_force`), so the core never asks where a value came
+from, and a secret never travels as a task parameter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -153,3 +158,23 @@ class Settings(BaseSettings):
         if create_folder:
             folder.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{folder / 'ledger.db'}"
+
+
+_IN_FORCE: ContextVar[Settings | None] = ContextVar("postledger_settings", default=None)
+
+
+@contextmanager
+def in_force(settings: Settings) -> Iterator[Settings]:
+    """Make `settings` what `current_settings()` returns in this context — and in the task
+    threads it starts, since Prefect's thread pool copies the context into each task."""
+    token = _IN_FORCE.set(settings)
+    try:
+        yield settings
+    finally:
+        _IN_FORCE.reset(token)
+
+
+def current_settings() -> Settings:
+    """The settings of the flow run this code runs in; outside one, the `POSTLEDGER_*`
+    variables."""
+    return _IN_FORCE.get() or Settings()

@@ -21,7 +21,7 @@ from postledger.ledger import LedgerError, open_ledger
 from postledger.models import BatchStatus, FailureKind, utcnow
 from postledger.policy import Decision, Failure, after_failure
 from postledger.recovery import finish_from_output
-from postledger.settings import Settings
+from postledger.settings import current_settings
 from postledger.spill import Spill, SpillKind
 from postledger.upstream import UpstreamError
 from tasks.upstream_calls import (
@@ -60,7 +60,7 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
     """Send the batch and see it through. With `resume`, the batch was sent by an earlier,
     interrupted run and its upstream task id is saved: poll that task, send nothing (R23)."""
     logger = get_run_logger()
-    settings = Settings()
+    settings = current_settings()
     upstream = settings.breaker_name()
     ledger = open_ledger(ledger_url)
     if resume:

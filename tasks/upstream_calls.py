@@ -17,7 +17,7 @@ from prefect.tasks import exponential_backoff
 from postledger.crash import CrashPoint, crash_point
 from postledger.db import LedgerUnavailable
 from postledger.ledger import open_ledger
-from postledger.settings import Settings
+from postledger.settings import Settings, current_settings
 from postledger.spill import Spill, SpillKind
 from postledger.upstream import (
     AmbiguousCreate,
@@ -79,7 +79,7 @@ async def create_upstream_task(
 
     Retried only when that cannot pay twice: the request never left, or the upstream honours
     the idempotency key that every create carries."""
-    settings = Settings()
+    settings = current_settings()
     _count_retry(ledger_url, batch_id, settings)
     async with client_for(settings) as client:
         try:
@@ -113,7 +113,7 @@ async def create_upstream_task(
 )
 async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -> TaskSnapshot:
     """Poll the upstream task until it ends; polling never pays, so it is always safe to retry."""
-    settings = Settings()
+    settings = current_settings()
     _count_retry(ledger_url, batch_id, settings)
     async with client_for(settings) as client:
         return await client.wait_for_task(

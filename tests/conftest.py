@@ -11,6 +11,11 @@ import os
 import tempfile
 
 _PREFECT_HOME = tempfile.mkdtemp(prefix="postledger-prefect-home-")
+# The suite's second pass puts every test's ledger on PostgreSQL:
+#   POSTLEDGER_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test uv run pytest
+# (each test then gets a fresh database on that server, dropped afterwards).
+_LEDGER_UNDER_TEST = os.environ.get("POSTLEDGER_DATABASE_URL", "")
+LEDGER_ON_POSTGRES = _LEDGER_UNDER_TEST.startswith("postgresql")
 os.environ.update(
     {
         "DO_NOT_TRACK": "1",
@@ -24,6 +29,7 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -45,10 +51,36 @@ def prefect_harness() -> Iterator[None]:
 
 
 @pytest.fixture
-def ledger_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def ledger_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """One test's ledger: a SQLite file in its folder or, in the PostgreSQL pass, a fresh
+    database. The spill file (R20) goes to the test's folder either way."""
+    if LEDGER_ON_POSTGRES:
+        url: str = request.getfixturevalue("pg_ledger_url")
+        monkeypatch.setenv("POSTLEDGER_SPILL_PATH", str(tmp_path / "ledger.db.spill.jsonl"))
+    else:
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
     monkeypatch.setenv("POSTLEDGER_DATABASE_URL", url)
     return url
+
+
+sqlite_ledger_only = pytest.mark.skipif(
+    LEDGER_ON_POSTGRES, reason="about SQLite itself (its file, its write lock)"
+)
+
+
+def ledger_text(url: str) -> str:
+    """Every row of every table of a ledger, as text: to search it for what must not be there."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(url)
+    rows = []
+    with engine.connect() as connection:
+        for table in inspect(connection).get_table_names():
+            rows += [str(row) for row in connection.execute(text(f'SELECT * FROM "{table}"'))]
+    engine.dispose()
+    return "\n".join(rows)
 
 
 @pytest.fixture
@@ -90,8 +122,12 @@ def write_jsonl(path: Path, lines: list[str]) -> Path:
 
 # --- PostgreSQL: the ledger's other backend ------------------------------------------------
 
-PG_ADMIN_URL = os.environ.get(
-    "POSTLEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+PG_ADMIN_URL = (
+    _LEDGER_UNDER_TEST
+    if LEDGER_ON_POSTGRES
+    else os.environ.get(
+        "POSTLEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
 )
 
 
@@ -113,24 +149,31 @@ def pg_server() -> str:
     return PG_ADMIN_URL
 
 
-@pytest.fixture
-def pg_ledger_url(pg_server: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+@contextmanager
+def fresh_pg_database(admin_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database (its URL), dropped at exit."""
     import uuid
 
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
     name = f"postledger_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_server, isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def pg_ledger_url(pg_server: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    with fresh_pg_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

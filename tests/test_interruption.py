@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
 from postledger.models import BatchRecord, BatchStatus, PostStatus
@@ -64,12 +64,12 @@ def run_and_kill(
         while True:
             assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
             assert time.monotonic() < deadline, "the run never reached the moment to kill it"
-            if watcher is None and db_file.exists():
+            if watcher is None and (db_file.exists() or not ledger_url.startswith("sqlite")):
                 watcher = Ledger(ledger_url, read_only=True)
             try:
                 if watcher is not None and ready(watcher, sim):
                     break
-            except OperationalError:
+            except DBAPIError:
                 pass  # the file is there, its tables not yet: look again
 
             time.sleep(0.2)

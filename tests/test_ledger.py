@@ -217,19 +217,27 @@ def test_month_writes_are_serialized(any_ledger_url: str, same_process: bool) ->
 
 
 def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> None:
-    """A ledger written before `inputs` existed: the column is added, and a post that matches
-    its old fingerprint is the same work, not a change that would be paid for again."""
-    import sqlite3
+    """A ledger written before `inputs` existed (schema revision 0001): it is upgraded, and a
+    post that matches its old fingerprint is the same work, not a change paid for again."""
+    from sqlalchemy import text
 
+    from postledger.db import make_engine
+    from postledger.migrate import upgrade
     from postledger.posts import Post, legacy_fingerprint
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    ledger = Ledger(url)
-    ledger.sync_posts("2026-10", [Post(id="a", text="hello", line=1)], model="m", prompt="p")
-    ledger.close()
-    with sqlite3.connect(tmp_path / "old.db") as db:
-        db.execute("ALTER TABLE posts DROP COLUMN inputs")
-        db.execute("UPDATE posts SET fingerprint = ?", (legacy_fingerprint("hello", "m", "p"),))
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO posts (month, post_id, position, text, fingerprint, status, "
+                "attempts, requeues, created_at, updated_at) VALUES ('2026-10', 'a', 0, 'hello', "
+                ":fp, 'PENDING', 0, 0, '2026-10-02 10:00:00+00', '2026-10-02 10:00:00+00')"
+            ),
+            {"fp": legacy_fingerprint("hello", "m", "p")},
+        )
+    engine.dispose()
 
     ledger = Ledger(url)
     report = ledger.sync_posts(

@@ -17,7 +17,7 @@ import pytest
 from postledger.ledger import open_ledger
 from postledger.models import BatchStatus, PostStatus, utcnow
 from postledger.spill import Spill, SpillError, SpillKind
-from tests.conftest import Sim, start_sim, write_jsonl
+from tests.conftest import Sim, sqlite_ledger_only, start_sim, write_jsonl
 
 MONTH = "2026-10"
 
@@ -41,6 +41,7 @@ def slow_sim(monkeypatch: pytest.MonkeyPatch) -> Any:
     yield from start_sim(monkeypatch, latency=1.5)
 
 
+@sqlite_ledger_only  # the fault is a real SQLite write lock held past the busy timeout
 def test_unwritable_ledger_stops_new_work_and_the_next_run_imports_the_spill(
     prefect_harness: None,
     slow_sim: Sim,

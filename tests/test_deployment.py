@@ -1,0 +1,247 @@
+"""postledger deployed the Prefect way, against a real `prefect server start` on PostgreSQL:
+`postledger setup`, `prefect deploy --all`, workers, triggered runs that complete, configured
+by Blocks only (no POSTLEDGER_* variable reaches the workers), with the ledger on PostgreSQL.
+
+The flows run in processes the workers start, so everything is observed from outside: the
+Prefect API, the ledger, and the simulator's own charge log.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from postledger.ledger import Ledger
+from postledger.models import PostStatus
+from postledger.sample import generate_posts, write_posts
+from postledger.sim.server import simulator_process
+from tests.conftest import REPO, Sim, ledger_text
+from tests.prefect_server import PrefectServer
+
+API_KEY = "sk-e2e-upstream-3f9c1d2b7a"  # must never be seen outside the Authorization header
+DB_PASSWORD = "pw-e2e-ledger-81e4c0"  # trust auth ignores it; it must never be seen either
+POOL = "postledger"
+
+
+@dataclass
+class Deployed:
+    server: PrefectServer
+    env: dict[str, str]
+    sim: Sim
+    ledger_url: str
+    work: Path
+    worker_logs: list[Path]
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> str:
+    done = subprocess.run(
+        args, env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployed]:
+    """Set up, deployed, with two workers polling the pool."""
+    from tests.conftest import PG_ADMIN_URL, fresh_pg_database
+
+    work = tmp_path_factory.mktemp("deployed")
+    env = prefect_server.client_env(work / "client-home")
+    for name in [n for n in env if n.startswith("POSTLEDGER_")]:
+        del env[name]  # the workers know only what the blocks say
+    env.update(
+        {
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_CLI_PROMPT": "false",
+            "PREFECT_LOGGING_LEVEL": "INFO",  # so that the run's logs can be searched too
+        }
+    )
+
+    with (
+        fresh_pg_database(PG_ADMIN_URL) as plain_url,
+        simulator_process(latency=0.5, api_key=API_KEY) as sim_url,
+    ):
+        # The same database, with a password in the URL: the ledger block keeps it secret.
+        ledger_url = plain_url.replace("postgres@", f"postgres:{DB_PASSWORD}@", 1)
+        assert DB_PASSWORD in ledger_url
+        setup_env = {**env, "POSTLEDGER_DATABASE_URL": ledger_url}
+        out = _run([sys.executable, "-m", "postledger", "setup"], setup_env)
+        assert DB_PASSWORD not in out and f"work pool {POOL}" in out
+        _run([sys.executable, "-c", _SAVE_BLOCKS, sim_url, API_KEY, ledger_url], env)
+        _run([sys.executable, "-m", "prefect", "deploy", "--all"], env)
+
+        workers, logs = [], []
+        for n in range(2):
+            log = work / f"worker-{n}.log"
+            with open(log, "wb") as sink:
+                workers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL],
+                        env=env,
+                        cwd=REPO,
+                        stdout=sink,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            logs.append(log)
+        try:
+            yield Deployed(prefect_server, env, Sim(sim_url), ledger_url, work, logs)
+        finally:
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                try:
+                    worker.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+
+
+_SAVE_BLOCKS = """
+import sys
+from pydantic import SecretStr
+from blocks import PostledgerLedger, PostledgerUpstream
+url, key, ledger_url = sys.argv[1:4]
+upstream = PostledgerUpstream(base_url=url, name="e2e-sim", api_key=SecretStr(key))
+upstream.save("sim", overwrite=True)
+PostledgerLedger(database_url=SecretStr(ledger_url)).save("main", overwrite=True)
+"""
+
+
+def _posts(deployed: Deployed, month: str, count: int) -> str:
+    path = deployed.work / f"{month}.jsonl"
+    write_posts(path, generate_posts(month, count, seed=11))
+    return str(path)
+
+
+def _trigger(deployed: Deployed, month: str, posts_path: str) -> str:
+    deployment = httpx.get(
+        f"{deployed.server.api_url}/deployments/name/monthly-posts/monthly", timeout=30
+    )
+    deployment.raise_for_status()
+    deployment_id = deployment.json()["id"]
+    run = httpx.post(
+        f"{deployed.server.api_url}/deployments/{deployment_id}/create_flow_run",
+        json={
+            "parameters": {
+                "month": month,
+                "posts_path": posts_path,
+                "upstream_block": "sim",
+                "ledger_block": "main",
+            }
+        },
+        timeout=30,
+    )
+    run.raise_for_status()
+    return str(run.json()["id"])
+
+
+def _wait_final(deployed: Deployed, run_ids: list[str], timeout: float = 240) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = [
+            httpx.get(f"{deployed.server.api_url}/flow_runs/{run_id}", timeout=30).json()
+            for run_id in run_ids
+        ]
+        if all(run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED") for run in runs):
+            return runs
+        if time.monotonic() > deadline:
+            logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in deployed.worker_logs)
+            raise AssertionError(f"runs not final: {[r['state'] for r in runs]}\n{logs}")
+        time.sleep(1)
+
+
+def _completed_and_charged_once(deployed: Deployed, month: str, count: int) -> None:
+    ledger = Ledger(deployed.ledger_url)
+    posts = ledger.posts(month)
+    ledger.close()
+    assert len(posts) == count
+    assert {p.status for p in posts} == {PostStatus.COMPLETED}
+    charged = [
+        post_id
+        for charge in deployed.sim.charges()
+        for post_id in charge["post_ids"]
+        if post_id in {p.post_id for p in posts}
+    ]
+    assert sorted(charged) == sorted(p.post_id for p in posts)
+
+
+def test_a_triggered_run_of_the_deployment_completes_with_the_ledger_on_postgresql(
+    deployed: Deployed,
+) -> None:
+    month, count = "2026-08", 40
+    run_id = _trigger(deployed, month, _posts(deployed, month, count))
+    (run,) = _wait_final(deployed, [run_id])
+    assert run["state"]["type"] == "COMPLETED", run["state"]
+    assert run["deployment_id"] and run["work_pool_name"] == POOL
+    _completed_and_charged_once(deployed, month, count)
+    assert deployed.sim.stats()["max_in_flight"] <= 2
+    _secrets_are_nowhere(deployed, run_id)
+
+
+def test_two_months_started_together_share_the_limit_of_two(deployed: Deployed) -> None:
+    months, count = ["2026-06", "2026-07"], 100  # 4 batches each
+    before = len(deployed.sim.charges())
+    run_ids = [_trigger(deployed, month, _posts(deployed, month, count)) for month in months]
+    runs = _wait_final(deployed, run_ids)
+    assert [run["state"]["type"] for run in runs] == ["COMPLETED", "COMPLETED"]
+    for month in months:
+        _completed_and_charged_once(deployed, month, count)
+    # They really ran at the same time (two workers) ...
+    spans = [
+        (datetime.fromisoformat(r["start_time"]), datetime.fromisoformat(r["end_time"]))
+        for r in runs
+    ]
+    assert max(s for s, _ in spans) < min(e for _, e in spans), f"runs did not overlap: {spans}"
+    charges = deployed.sim.charges()[before:]
+    # ... and never had more than two batches in flight between them.
+    assert deployed.sim.stats()["max_in_flight"] <= 2
+    assert _peak_from_charge_log(charges) <= 2
+
+
+def _peak_from_charge_log(charges: list[dict[str, Any]]) -> int:
+    events = sorted(
+        [(c["at"], 1) for c in charges] + [(c["done_at"], -1) for c in charges if c["done_at"]]
+    )
+    peak = level = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def _secrets_are_nowhere(deployed: Deployed, run_id: str) -> None:
+    api = deployed.server.api_url
+
+    def read(method: str, path: str, body: dict[str, Any] | None = None) -> str:
+        response = httpx.request(method, f"{api}{path}", json=body, timeout=30)
+        response.raise_for_status()
+        return response.text
+
+    seen = {
+        "logs": read("POST", "/logs/filter", {"limit": 200}),
+        "artifacts": read("POST", "/artifacts/filter", {"limit": 200}),
+        "flow run": read("GET", f"/flow_runs/{run_id}"),
+        "task runs": read("POST", "/task_runs/filter", {"limit": 200}),
+        "events": read("POST", "/events/filter", {"limit": 50}),
+        "workers": "".join(p.read_text(errors="replace") for p in deployed.worker_logs),
+        "server": deployed.server.log(),
+        "ledger": ledger_text(deployed.ledger_url),
+    }
+    # There is something to see: the run's logs, its artifacts, its events, the ledger.
+    assert all(len(seen[where]) > 1000 for where in ("logs", "artifacts", "events", "ledger"))
+    for where, content in seen.items():
+        assert API_KEY not in content, f"the API key is in the {where}"
+        assert DB_PASSWORD not in content, f"the ledger's password is in the {where}"

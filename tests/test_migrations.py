@@ -1,0 +1,109 @@
+"""The ledger's schema comes from Alembic revisions, on SQLite and PostgreSQL alike: a new
+ledger is made by them, an older one is upgraded in place with every record kept, and the
+revisions always agree with the models."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, text
+from sqlmodel import SQLModel
+
+from postledger.db import make_engine
+from postledger.ledger import Ledger
+from postledger.migrate import SchemaMismatch, head_revision, upgrade
+from postledger.posts import Post
+
+
+def test_a_new_ledger_is_made_by_the_revisions_and_matches_the_models(
+    any_ledger_url: str,
+) -> None:
+    ledger = Ledger(any_ledger_url)
+    assert ledger.schema_revision() == head_revision()
+    with ledger.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
+    ledger.close()
+    assert differences == [], f"models.py and the revisions disagree: {differences}"
+
+
+def _month_at_baseline(url: str) -> None:
+    """A ledger as issues 2–3 left it, holding one completed post of 2026-10."""
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO posts (month, post_id, position, text, fingerprint, status, "
+                "attempts, requeues, result, created_at, updated_at) VALUES ('2026-10', 'p1', 0, "
+                "'hello', :fp, 'COMPLETED', 1, 0, :result, :at, :at)"
+            ),
+            {"fp": "f" * 64, "result": '{"category": "praise"}', "at": "2026-10-02 10:00:00+00"},
+        )
+    engine.dispose()
+
+
+def test_an_older_ledger_is_upgraded_in_place_keeping_its_records(any_ledger_url: str) -> None:
+    _month_at_baseline(any_ledger_url)
+    ledger = Ledger(any_ledger_url)  # opening for writing upgrades
+    assert ledger.schema_revision() == head_revision()
+    (post,) = ledger.posts("2026-10")
+    assert (post.post_id, post.status.value, post.result) == (
+        "p1",
+        "completed",
+        {"category": "praise"},
+    )
+    # The new tables work: the month can be synced and its breaker read.
+    ledger.sync_posts("2026-10", [Post("p2", "new post", 1)], model="m", prompt="p")
+    assert len(ledger.posts("2026-10")) == 2
+    ledger.close()
+
+
+def test_a_ledger_made_before_migrations_is_recognised_and_upgraded(
+    any_ledger_url: str,
+) -> None:
+    _month_at_baseline(any_ledger_url)
+    engine = create_engine(any_ledger_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE alembic_version"))
+    engine.dispose()
+    ledger = Ledger(any_ledger_url)
+    assert ledger.schema_revision() == head_revision()
+    assert [p.post_id for p in ledger.posts("2026-10")] == ["p1"]
+    ledger.close()
+
+
+def test_reading_an_older_ledger_says_to_run_setup_and_changes_nothing(
+    any_ledger_url: str,
+) -> None:
+    _month_at_baseline(any_ledger_url)
+    with pytest.raises(SchemaMismatch, match="postledger setup"):
+        Ledger(any_ledger_url, read_only=True)
+    engine = create_engine(any_ledger_url)
+    with engine.connect() as connection:
+        assert MigrationContext.configure(connection).get_current_revision() == "0001"
+    engine.dispose()
+
+
+def test_workers_opening_a_new_ledger_at_once_migrate_it_once(any_ledger_url: str) -> None:
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_it() -> None:
+        try:
+            start.wait()
+            Ledger(any_ledger_url).close()  # each with its own engine, like separate workers
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    ledger = Ledger(any_ledger_url)
+    assert ledger.schema_revision() == head_revision()
+    ledger.close()
