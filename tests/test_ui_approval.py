@@ -1,0 +1,226 @@
+"""A person answers the open breaker's question in the Prefect UI, in headless Chromium (R19).
+
+Everything is real and out of process: `prefect server start` (UI on; on a fresh PostgreSQL
+database where one is reachable, else SQLite under its home), the simulator with every create
+failing, `postledger run` pointed at that server, and Debian's `chromium` driven by Playwright.
+The breaker opens, the run pauses; the simulator is repaired; the test opens the run's page,
+presses Resume, chooses continue, writes a note, submits; the run goes on to `Completed`.
+Both UIs that Prefect 3.9 serves are driven: `v1` (Vue, `/runs/flow-run/<id>`, where the run's
+log links) and `v2` (React, `/v2/...`, the default for the dashboard).
+
+Skipped where no Chromium is installed (`.ci/run` installs Debian's).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from postledger.ledger import Ledger
+from postledger.models import Answer, BreakerLevel, PostStatus
+from tests.conftest import Sim, start_sim, write_jsonl
+from tests.prefect_server import PrefectServer
+
+MONTH = "2026-10"
+POSTS = 8
+NOTE = "upstream repaired; answered in the Prefect UI"
+CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
+)
+
+
+@pytest.fixture
+def failing_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
+    """Every create is refused with a connection reset (nothing made, nothing charged)."""
+    yield from start_sim(monkeypatch, latency=0.3, faults="create:reset@1")
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, why: Callable[[], str]) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{why()}")
+
+
+def flow_run_state(api_url: str, flow_run_id: str) -> str:
+    state = httpx.get(f"{api_url}/flow_runs/{flow_run_id}", timeout=10).json().get("state")
+    return str(state["type"]) if state else "NONE"
+
+
+@pytest.mark.parametrize("ui", ["v1", "v2"])
+def test_breaker_question_answered_in_the_prefect_ui(
+    ui: str,
+    prefect_server: PrefectServer,
+    failing_sim: Sim,
+    ledger: Ledger,
+    ledger_url: str,
+    tmp_path: Path,
+) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    prefect_api = prefect_server.api_url
+    posts = write_jsonl(
+        tmp_path / f"{MONTH}.jsonl",
+        [f'{{"id": "p{i:02d}", "text": "Why does export fail, case {i}?"}}' for i in range(POSTS)],
+    )
+    env = {
+        **prefect_server.client_env(tmp_path / "prefect-client"),
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        "POSTLEDGER_DATABASE_URL": ledger_url,
+        "POSTLEDGER_UPSTREAM_URL": failing_sim.url,
+        "POSTLEDGER_REQUEST_RETRIES": "0",  # one reset = one final transport failure
+        "POSTLEDGER_MAX_BATCH_POSTS": "2",
+        "POSTLEDGER_POLL_WAIT": "0.5",
+        "POSTLEDGER_APPROVAL_POLL": "0.5",
+        "POSTLEDGER_APPROVAL_TIMEOUT": "300",
+    }
+    run_log = tmp_path / "run.log"
+    with open(run_log, "wb") as out:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", str(posts)],
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def logs() -> str:
+        return (
+            f"--- postledger run (exit {run.poll()}) ---\n"
+            f"{run_log.read_text(errors='replace')[-8000:]}\n"
+            f"--- prefect server ({prefect_server.database}) ---\n{prefect_server.log()[-4000:]}"
+        )
+
+    try:
+        question = wait_for(
+            "the paused run's question", lambda: ledger.approvals.waiting(MONTH), 90, logs
+        )
+        flow_run_id = question.flow_run_id
+        assert flow_run_id and question.prefect_api_url == prefect_api
+        wait_for("Paused", lambda: flow_run_state(prefect_api, flow_run_id) == "PAUSED", 30, logs)
+        assert creates(failing_sim) >= 2 and failing_sim.charges() == []
+
+        # The upstream is repaired; a person answers in the UI.
+        httpx.post(f"{failing_sim.url}/_sim/faults", json={"rules": []}).raise_for_status()
+        answer_in_the_ui(playwright, ui, prefect_server.ui_url, flow_run_id, tmp_path)
+
+        wait_for(
+            "Completed",
+            lambda: flow_run_state(prefect_api, flow_run_id) == "COMPLETED",
+            60,
+            logs,
+        )
+        assert run.wait(timeout=30) == 0, logs()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    (asked,) = ledger.approvals.approvals(MONTH)
+    assert asked.flow_run_id == flow_run_id
+    assert (asked.answer, asked.note, asked.answered_by) == (
+        Answer.CONTINUE,
+        NOTE,
+        "the paused run's form",
+    )
+    # The breaker opened, and the UI's answer is what moved it to probe.
+    upstream = failing_sim.url.removeprefix("http://")
+    moves = [(e.from_level, e.to_level, e.why) for e in ledger.approvals.history(upstream)]
+    assert (BreakerLevel.PROBE, BreakerLevel.OPEN) in [(a, b) for a, b, _ in moves]
+    (answered,) = [m for m in moves if m[:2] == (BreakerLevel.OPEN, BreakerLevel.PROBE)]
+    assert "the paused run's form" in answered[2] and NOTE in answered[2]
+    assert ledger.approvals.breaker(upstream).level is BreakerLevel.NORMAL
+    charged = Counter(p for charge in failing_sim.charges() for p in charge["post_ids"])
+    assert set(charged) == {f"p{i:02d}" for i in range(POSTS)}
+    assert [p for p, n in charged.items() if n > 1] == []  # no post paid twice
+
+
+def creates(sim: Sim) -> int:
+    return int(sim.stats()["requests"].get("create", 0))
+
+
+def answer_in_the_ui(playwright: Any, ui: str, base_url: str, flow_run_id: str, tmp: Path) -> None:
+    """Open the paused run's page, press Resume, choose continue, write the note, submit. A
+    screenshot is left in `tmp` when a step fails."""
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+        try:
+            if ui == "v1":
+                _answer_in_v1(playwright, page, f"{base_url}/runs/flow-run/{flow_run_id}")
+            else:
+                _answer_in_v2(playwright, page, f"{base_url}/v2/runs/flow-run/{flow_run_id}")
+        except Exception:
+            page.screenshot(path=str(tmp / f"ui-failure-{ui}.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def _answer_in_v1(playwright: Any, page: Any, url: str) -> None:
+    """The Vue UI (the page the run's own log links to): Resume in the header, a modal with the
+    question's markdown and a form built from `BreakerAnswer`'s schema."""
+    page.goto(url)
+    page.get_by_role("button", name="Resume", exact=True).click()
+    dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
+    dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
+
+    decision = (
+        dialog.locator(".schema-form-property")
+        .filter(has_text="Decision")
+        .locator("button.p-select-button__control")
+    )
+    # This select opens from the keyboard: a click opens its options outside the modal, and
+    # the modal's focus trap takes the focus back, which closes them at once.
+    decision.focus()
+    page.keyboard.press("ArrowDown")
+    options = page.get_by_role("listbox").get_by_role("option")
+    options.first.wait_for()
+    assert options.all_inner_texts() == ["continue", "stop"]
+    options.filter(has_text="continue").click()
+    playwright.expect(decision).to_have_text("continue")
+
+    dialog.locator(".schema-form-property").filter(has_text="Note").locator("textarea").fill(NOTE)
+    dialog.get_by_role("button", name="Submit", exact=True).click()
+    # The UI mounts two toast containers: the same toast shows in both.
+    playwright.expect(page.get_by_text("Flow run resumed").first).to_be_visible()
+
+
+def _answer_in_v2(playwright: Any, page: Any, url: str) -> None:
+    """The React UI (Prefect's default for the dashboard): Resume in the run's menu, a dialog
+    with labelled fields."""
+    page.goto(url)
+    page.get_by_role("button", name="Open menu").first.click()
+    page.get_by_role("menuitem", name="Resume").click()
+    dialog = page.get_by_role("dialog", name="Resume Flow Run")
+    dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
+
+    decision = dialog.get_by_role("button", name="Select Decision")
+    decision.click()
+    options = page.get_by_role("option")
+    options.first.wait_for()
+    assert options.all_inner_texts() == ["continue", "stop"]
+    options.filter(has_text="continue").click()
+    playwright.expect(decision).to_have_text("continue")
+
+    dialog.get_by_label("Note (Optional)").fill(NOTE)
+    dialog.get_by_role("button", name="Resume", exact=True).click()
+    playwright.expect(page.get_by_text("Flow run resumed").first).to_be_visible()
