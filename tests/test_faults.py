@@ -159,8 +159,9 @@ def test_rate_limited_posts_wait_then_complete(
     events = ledger.events(MONTH)
     waited = next(e for e in events if e.entity_id == "p000" and e.to_status == "waiting")
     released = next(e for e in events if e.entity_id == "p000" and e.why == "wait over")
-    # `waited` is stamped a moment after the 429 arrived, from which the wait is counted.
-    assert released.at - waited.at >= timedelta(seconds=at_least - 0.05)
+    # `waited` is stamped a moment after the 429 arrived, from which the wait is counted: on a
+    # loaded machine that moment reached 80 ms. A retry without waiting would take ~10 ms.
+    assert released.at - waited.at >= timedelta(seconds=at_least - 0.25)
     assert all(p.attempts == 1 and p.requeues == 1 for p in ledger.posts(MONTH))
     assert_attempts_are_charges(ledger, faulty)
 
