@@ -354,7 +354,14 @@ def setup(
     ledger = Ledger(url)  # opening for writing migrates
     out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
     ledger.close()
-    for line in prepare_prefect(tag_limit, work_pool):
+    if os.environ.get("PREFECT_API_URL"):
+        lines = prepare_prefect(tag_limit, work_pool)
+    else:  # the embedded default: the same local server `postledger run` starts
+        from flows.local_server import local_prefect_server
+
+        with local_prefect_server():
+            lines = prepare_prefect(tag_limit, work_pool)
+    for line in lines:
         out.print(line)
 
 

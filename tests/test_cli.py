@@ -127,3 +127,28 @@ def test_breaker_and_approve_on_a_fresh_folder(tmp_path: Path) -> None:
     answered = postledger("approve", "--month", "2026-10", "--note", "just in case", cwd=tmp_path)
     assert answered.returncode == 1
     assert "breaker of simulator is normal" in answered.stderr
+
+
+def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> None:
+    from postledger.db import make_engine
+    from postledger.ledger import Ledger
+    from postledger.migrate import head_revision, upgrade
+
+    url = f"sqlite:///{tmp_path / '.postledger' / 'ledger.db'}"
+    (tmp_path / ".postledger").mkdir()
+    engine = make_engine(url)
+    upgrade(engine, "0001")  # a ledger from before issue 4
+    engine.dispose()
+
+    first = postledger("setup", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"(schema {head_revision()})" in first.stdout
+    assert "work pool postledger (process) created" in first.stdout
+    assert "tag limit tag:ai-batch = 2" in first.stdout
+    again = postledger("setup", "--tag-limit", "3", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "work pool postledger (process) already there" in again.stdout
+    assert "tag:ai-batch = 2 (left as it was; asked for 3)" in again.stdout
+    ledger = Ledger(url, read_only=True)
+    assert ledger.schema_revision() == head_revision()
+    ledger.close()
