@@ -25,7 +25,9 @@ os.environ.update(
     }
 )
 for _name in list(os.environ):
-    if _name.startswith("POSTLEDGER_") or _name == "PREFECT_API_URL":
+    if (_name.startswith("POSTLEDGER_") and _name != "POSTLEDGER_TEST_PG_URL") or (
+        _name == "PREFECT_API_URL"
+    ):
         del os.environ[_name]
 
 from collections.abc import Iterator  # noqa: E402
