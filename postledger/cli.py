@@ -122,15 +122,17 @@ def status(
     if not watch:
         show()
         return
-    import time
+    import signal
+    import threading
 
-    try:
-        while True:
-            out.clear()
-            show()
-            time.sleep(every)
-    except KeyboardInterrupt:
-        pass
+    # Ctrl-C sets a flag rather than raising: a KeyboardInterrupt that lands inside a driver's
+    # clean-up is swallowed there ("Exception ignored in ..."), and the loop would go on.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.is_set():
+        out.clear()
+        show()
+        stop.wait(every)
 
 
 @app.command()
