@@ -3,8 +3,8 @@
 SQLite: WAL so readers never block the writer, `BEGIN IMMEDIATE` so a write transaction takes
 the database's write lock at its start (two processes serialize instead of failing half-way),
 and a process-local lock per month so threads of one process queue up without busy-waiting.
-PostgreSQL: a transaction-scoped advisory lock per month, so writers on several machines
-serialize too.
+PostgreSQL: a transaction-scoped advisory lock per month (and one for the breakers), nothing
+process-local, so writers on several machines serialize in the database.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
@@ -108,7 +108,9 @@ class WriteLocks:
     @contextmanager
     def session(self, scope: str) -> Iterator[Session]:
         """A session whose transaction holds the scope's write lock until it commits."""
-        with self._local(scope):
+        # PostgreSQL: the advisory lock alone serializes, across threads, processes and machines.
+        # SQLite: threads of this process queue here instead of busy-waiting on the file lock.
+        with self._local(scope) if self._sqlite else nullcontext():
             bind = self._engine.execution_options(postledger_write=True)
             try:
                 with Session(bind, expire_on_commit=False) as session:
