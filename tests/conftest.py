@@ -14,7 +14,11 @@ _PREFECT_HOME = tempfile.mkdtemp(prefix="postledger-prefect-home-")
 # The suite's second pass puts every test's ledger on PostgreSQL:
 #   POSTLEDGER_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test uv run pytest
 # (each test then gets a fresh database on that server, dropped afterwards).
-_LEDGER_UNDER_TEST = os.environ.get("POSTLEDGER_DATABASE_URL", "")
+# Kept in a variable of its own, which is not cleared below: xdist's workers start after this
+# file has run in the controller, and inherit its environment.
+_LEDGER_UNDER_TEST = os.environ.setdefault(
+    "POSTLEDGER_TEST_LEDGER_URL", os.environ.get("POSTLEDGER_DATABASE_URL", "")
+)
 LEDGER_ON_POSTGRES = _LEDGER_UNDER_TEST.startswith("postgresql")
 os.environ.update(
     {
@@ -25,7 +29,7 @@ os.environ.update(
     }
 )
 for _name in list(os.environ):
-    if (_name.startswith("POSTLEDGER_") and _name != "POSTLEDGER_TEST_PG_URL") or (
+    if (_name.startswith("POSTLEDGER_") and not _name.startswith("POSTLEDGER_TEST_")) or (
         _name == "PREFECT_API_URL"
     ):
         del os.environ[_name]
