@@ -33,6 +33,7 @@ from postledger.recovery import (
 )
 from postledger.settings import Settings
 from postledger.spill import Spill
+from postledger.upstreams import can_list
 from tasks.upstream_calls import adopt_orphaned_tasks
 
 __all__ = ["RunStopped", "monthly_posts"]
@@ -100,8 +101,10 @@ def process_month(
         # Safe work first: saved outputs are finished without calling the AI (R21).
         if finished := finish_saved_outputs(ledger, month, settings.limits()):
             logger.info("finished %d batches from their saved outputs", len(finished))
-        if adopted := adopt_orphaned_tasks(month, ledger_url):
-            logger.warning("adopted the upstream tasks of %d interrupted batches", len(adopted))
+        if can_list(settings):  # before anyone is asked to resubmit (R24): free to look
+            adopted = adopt_orphaned_tasks.submit(month, ledger_url).result()
+            if adopted:
+                logger.warning("adopted the upstream tasks of interrupted batches: %s", adopted)
         plan = recovery_plan(ledger, month, settings)
         answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)
         polls = carry_out(ledger, plan, answer) if answer else []

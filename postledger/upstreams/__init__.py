@@ -19,11 +19,18 @@ from __future__ import annotations
 from typing import Protocol
 
 from postledger.settings import Settings, UpstreamKind
-from postledger.upstream import Created, CreateRequest, TaskApiClient, TaskSnapshot, Timeouts
+from postledger.upstream import (
+    Created,
+    CreateRequest,
+    HttpUpstream,
+    TaskApiClient,
+    TaskSnapshot,
+    Timeouts,
+)
 from postledger.upstreams.openai_batch import OpenAIBatchClient
 from postledger.upstreams.openai_chat import OpenAIChatClient
 
-__all__ = ["CreateRequest", "Created", "Upstream", "upstream_for"]
+__all__ = ["CreateRequest", "Created", "Upstream", "can_list", "upstream_for"]
 
 
 class Upstream(Protocol):
@@ -49,6 +56,18 @@ class Upstream(Protocol):
         """The id of the task made for this batch and key; None if none is found or the
         upstream cannot list its tasks."""
         ...
+
+
+_CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
+    UpstreamKind.TASK_API: TaskApiClient,
+    UpstreamKind.OPENAI_CHAT: OpenAIChatClient,
+    UpstreamKind.OPENAI_BATCH: OpenAIBatchClient,
+}
+
+
+def can_list(settings: Settings) -> bool:
+    """Whether the configured upstream can find a task whose id was never saved."""
+    return _CLIENTS[settings.upstream_kind].can_list
 
 
 def upstream_for(settings: Settings) -> Upstream:
