@@ -139,3 +139,12 @@ def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     url: str = request.getfixturevalue("pg_ledger_url")
     return url
+
+
+def start_openai_sim(monkeypatch: pytest.MonkeyPatch, kind: str, **options: Any) -> Iterator[Sim]:
+    """The simulator, configured as an OpenAI upstream (`openai_chat` or `openai_batch`):
+    the base URL with its /v1, as the openai SDK takes it."""
+    for sim in start_sim(monkeypatch, **options):
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_KIND", kind)
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", f"{sim.url}/v1")
+        yield sim
