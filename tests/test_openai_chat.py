@@ -194,7 +194,7 @@ def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
     ledger.close()
 
 
-# --- the pieces: rate-limit headers, and the key kept out of everything ----------------------
+# --- rate-limit headers (the API key: tests/test_faults.py, for every kind) ------------------
 
 
 def test_rate_limit_headers_as_openai_writes_them() -> None:
@@ -213,34 +213,3 @@ def test_rate_limit_headers_as_openai_writes_them() -> None:
         == 60
     )
     assert retry_after_of(Headers({})) is None
-
-
-SECRET = "sk-test-chat-0123456789abcdefghij"
-
-
-@pytest.fixture
-def guarded_chat(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
-    yield from start_openai_sim(monkeypatch, KIND, latency=0.05, api_key=SECRET)
-
-
-def test_the_api_key_is_sent_and_never_kept(
-    prefect_harness: None,
-    guarded_chat: Sim,
-    ledger: Ledger,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from flows.monthly import RunStopped
-
-    monkeypatch.setenv("POSTLEDGER_API_KEY", SECRET + "-wrong")
-    with pytest.raises(RunStopped) as stopped:
-        run(tmp_path, 5)
-    assert {p.failure_kind for p in ledger.posts(MONTH)} == {FailureKind.AUTH}
-    assert ledger.retry_failed(MONTH, {FailureKind.AUTH}) == 5
-    monkeypatch.setenv("POSTLEDGER_API_KEY", SECRET)
-    run(tmp_path, 5)
-    assert statuses(ledger) == {"completed": 5}
-    db_bytes = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*"))
-    assert SECRET.encode() not in db_bytes
-    assert SECRET not in str(stopped.value) and SECRET not in caplog.text
