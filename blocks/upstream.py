@@ -3,15 +3,13 @@ every run, its API key stored as a secret (shown masked, never logged)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
-from postledger.settings import DEFAULT_PROMPT
+from postledger.settings import DEFAULT_PROMPT, UpstreamKind
 from postledger.spend import DEFAULT_PRICES, Price
-
-UpstreamKindName = Literal["task_api", "openai_chat", "openai_batch"]
 
 
 class PostledgerUpstream(Block):
@@ -28,12 +26,15 @@ class PostledgerUpstream(Block):
         "prompt, timeouts and prices."
     )
 
-    kind: UpstreamKindName = Field(
-        default="task_api",
+    kind: UpstreamKind = Field(
+        default=UpstreamKind.TASK_API,
         description="The protocol: task_api (the bundled simulator's async task API), "
-        "openai_chat (OpenAI-compatible chat completions), openai_batch (OpenAI Batch API).",
+        "openai_chat (OpenAI-compatible chat completions), openai_batch (OpenAI Batch API). "
+        "See docs/upstreams.md.",
     )
-    base_url: str | None = Field(default=None, description="e.g. https://api.openai.com")
+    base_url: str | None = Field(
+        default=None, description="e.g. https://api.openai.com/v1 (OpenAI kinds: with /v1)"
+    )
     name: str | None = Field(
         default=None,
         description="Stable name of this upstream, the key of its circuit breaker; default: "
@@ -52,6 +53,14 @@ class PostledgerUpstream(Block):
     task_deadline: float = Field(
         default=3600.0, gt=0, description="Seconds to wait for one upstream task."
     )
+    completion_window: str = Field(
+        default="24h", description="openai_batch: the completion window of each upstream batch."
+    )
+    json_schema: bool = Field(
+        default=True,
+        description="openai_chat / openai_batch: ask for output by JSON schema (strict); off: "
+        "json_object, for servers without structured outputs.",
+    )
     prices: dict[str, Price] = Field(
         default_factory=lambda: dict(DEFAULT_PRICES),
         description="Per model, per million tokens, in micro-units (1 000 000 = 1 unit of "
@@ -68,6 +77,8 @@ class PostledgerUpstream(Block):
             "read_timeout": self.read_timeout,
             "task_deadline": self.task_deadline,
             "prices": self.prices,
+            "completion_window": self.completion_window,
+            "json_schema": self.json_schema,
         }
         optional = {
             "upstream_url": self.base_url,

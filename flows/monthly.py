@@ -34,6 +34,9 @@ from postledger.recovery import (
 )
 from postledger.settings import Settings, in_force
 from postledger.spill import Spill
+from postledger.upstream import UpstreamError
+from postledger.upstreams import can_list
+from tasks.upstream_calls import adopt_orphaned_tasks, with_request_retries
 
 __all__ = ["RunStopped", "monthly_posts"]
 
@@ -115,6 +118,13 @@ def process_month(
         # Safe work first: saved outputs are finished without calling the AI (R21).
         if finished := finish_saved_outputs(ledger, month, settings.limits()):
             logger.info("finished %d batches from their saved outputs", len(finished))
+        if can_list(settings):  # before anyone is asked to resubmit (R24): free to look
+            adopt = with_request_retries(adopt_orphaned_tasks, settings)
+            try:
+                if adopted := adopt.submit(month, ledger_url).result():
+                    logger.warning("adopted the upstream tasks of interrupted batches: %s", adopted)
+            except UpstreamError as exc:  # nothing adopted: recovery asks as it would anyway
+                logger.warning("could not look for orphaned upstream tasks: %s", exc)
         plan = recovery_plan(ledger, month, settings)
         answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)
         polls = carry_out(ledger, plan, answer) if answer else []

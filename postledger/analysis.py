@@ -78,6 +78,10 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
         if counts[item_id] > 1:
             invalid[item_id] = f"the output has {counts[item_id]} items for this post"
             continue
+        if isinstance(item, dict) and item.get("error") and "category" not in item:
+            # A per-post request error (the Batch API answers each post on its own).
+            invalid[item_id] = f"the upstream failed this post: {item['error']}"
+            continue
         try:
             valid[item_id] = Analysis.model_validate(item)
         except ValidationError as exc:

@@ -334,11 +334,19 @@ class Ledger(LedgerReads):
                 )
         return batch, posts
 
-    def record_task_id(self, batch_id: str, task_id: str) -> None:
-        """Save the upstream task id the moment it is known: recovery polls it (R23)."""
+    def record_task_id(self, batch_id: str, task_id: str, *, adopted: str | None = None) -> None:
+        """Save the upstream task id the moment it is known: recovery polls it (R23).
+
+        `adopted`: the id was never saved by the run that made the task and was found
+        upstream afterwards (why, and how); it is logged as an event of the batch, whose
+        status stays as it is."""
         month = month_of(batch_id)
-        with self._write(month) as (session, _):
+        with self._write(month) as (session, moves):
             batch = self._batch(session, batch_id)
+            if adopted is not None:
+                if batch.upstream_task_id is not None or batch.status is not BatchStatus.RUNNING:
+                    raise LedgerError(f"batch {batch_id} has no orphaned upstream task to adopt")
+                moves.noted(EntityKind.BATCH, batch_id, batch.status, adopted)
             batch.upstream_task_id = task_id
             batch.charge = Charge.CONFIRMED
             session.add(batch)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from postledger.analysis import check_output
 from postledger.ledger import Ledger
@@ -168,13 +168,41 @@ def plan_recovery(
     return RecoveryPlan(steps, idempotent)
 
 
+class FindsTasks(Protocol):
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None: ...
+
+
+async def adopt_orphans(ledger: Ledger, month: str, upstream: FindsTasks) -> list[str]:
+    """Before anyone is asked to resubmit a batch whose task id was never saved (R24): look
+    for the upstream task made under its key (listing never pays). One found is adopted — its
+    id saved, an event logged — so recovery polls it (R23) instead of paying again. Returns
+    the batches adopted."""
+    adopted = []
+    for batch in ledger.batches(month, BatchStatus.RUNNING):
+        if batch.upstream_task_id or batch.raw_output is not None or not batch.sends:
+            continue
+        task_id = await upstream.find_task(
+            batch_id=batch.batch_id, idempotency_key=batch.idempotency_key
+        )
+        if task_id is not None:
+            ledger.record_task_id(
+                batch.batch_id,
+                task_id,
+                adopted=f"adopted upstream task {task_id}: made for this batch and key by an "
+                "interrupted run that never saved its id (found by its metadata); it is "
+                "polled, not paid again",
+            )
+            adopted.append(batch.batch_id)
+    return adopted
+
+
 def recovery_plan(ledger: LedgerReads, month: str, settings: Settings) -> RecoveryPlan:
     """The plan for the month's interrupted batches, as the configured upstream would see it."""
     batches = ledger.batches(month, BatchStatus.RUNNING, BatchStatus.RECEIVED)
     return plan_recovery(
         batches,
         {b.batch_id: ledger.posts_of(b.batch_id) for b in batches},
-        idempotent=settings.upstream_idempotent,
+        idempotent=settings.honours_keys(),
         price=settings.price(),
         prompt=settings.prompt,
     )

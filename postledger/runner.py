@@ -16,7 +16,7 @@ from postledger.ledger import Ledger
 from postledger.models import Question
 from postledger.posts import InputError, default_posts_path, load_posts
 from postledger.progress import failures_table, status_of, status_table
-from postledger.settings import Settings
+from postledger.settings import Settings, UpstreamKind
 from postledger.sim.server import simulator_process
 
 
@@ -55,6 +55,8 @@ def run_month(
         nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
     )
     with simulator as url, prefect_server:
+        if not settings.upstream_url and settings.upstream_kind is not UpstreamKind.TASK_API:
+            url = f"{url}/v1"  # the simulator's OpenAI face: a base URL with its version
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         ledger = Ledger(settings.resolved_database_url())
         stopped: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,6 +26,14 @@ DEFAULT_PROMPT = (
     "complaint, praise, suggestion, news, other), a sentiment (positive, neutral, negative) "
     "and a one-sentence summary. Answer with a JSON list only."
 )
+
+
+class UpstreamKind(StrEnum):
+    """The protocol the paid AI service speaks (docs/upstreams.md)."""
+
+    TASK_API = "task_api"  # the async task API: POST /v1/tasks, GET /v1/tasks/{id}
+    OPENAI_CHAT = "openai_chat"  # POST {base}/chat/completions: synchronous, no task id
+    OPENAI_BATCH = "openai_batch"  # the OpenAI Batch API: {base}/files + {base}/batches
 
 
 class Settings(BaseSettings):
@@ -46,9 +55,17 @@ class Settings(BaseSettings):
     )
 
     # --- upstream (the paid AI service) ---
+    upstream_kind: UpstreamKind = Field(
+        default=UpstreamKind.TASK_API,
+        description="the protocol of the upstream: task_api (default), openai_chat (chat "
+        "completions, synchronous) or openai_batch (the OpenAI Batch API)",
+    )
     upstream_url: str | None = Field(
         default=None,
-        description="base URL of the task API; unset: `postledger run` starts the simulator",
+        description="base URL of the upstream. task_api: the server root (the client adds "
+        "/v1/tasks); openai_chat and openai_batch: the OpenAI-style base URL with its version "
+        "path, as the openai SDK's base_url (e.g. https://api.openai.com/v1). Unset: `postledger "
+        "run` starts the simulator",
     )
     upstream_name: str | None = Field(
         default=None,
@@ -60,7 +77,29 @@ class Settings(BaseSettings):
     prompt: str = DEFAULT_PROMPT
     upstream_idempotent: bool = Field(
         default=True,
-        description="the upstream honours Idempotency-Key, so a create may be retried safely",
+        description="task_api only: the upstream honours Idempotency-Key, so a create may be "
+        "retried safely. openai_chat never does (ignored); openai_batch looks its batch up by "
+        "metadata before every create instead (ignored)",
+    )
+    completion_window: str = Field(
+        default="24h",
+        description="openai_batch: the completion_window of each upstream batch",
+    )
+    json_schema: bool = Field(
+        default=True,
+        description="openai_chat, openai_batch: ask for the answer with response_format "
+        "json_schema (strict); false: json_object, for servers without structured outputs",
+    )
+    chat_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="openai_chat: seconds to wait for one chat completion to be answered",
+    )
+    orphan_search_limit: int = Field(
+        default=500,
+        ge=0,
+        description="openai_batch: how many of the most recent upstream batches are looked "
+        "through for one made for a ledger batch whose id was never saved",
     )
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=30.0, gt=0)
@@ -127,6 +166,14 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
+
+    def honours_keys(self) -> bool:
+        """Whether a create sent again under the same idempotency key can never pay twice."""
+        if self.upstream_kind is UpstreamKind.OPENAI_CHAT:
+            return False  # no idempotency keys, and no task to find again
+        if self.upstream_kind is UpstreamKind.OPENAI_BATCH:
+            return True  # every create first looks for the batch made under its key
+        return self.upstream_idempotent
 
     def price(self) -> Price | None:
         """The price of the configured model; None if the table has none."""

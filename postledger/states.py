@@ -144,6 +144,10 @@ class Transitions:
         """Log the birth of a record: its first status has no `from`."""
         self._log(entity, entity_id, None, status, why)
 
+    def noted(self, entity: EntityKind, entity_id: str, status: str, why: str) -> None:
+        """Log something that happened to a record without changing its status."""
+        self._log(entity, entity_id, status, status, why)
+
     def _log(
         self, entity: EntityKind, entity_id: str, current: str | None, target: str, why: str
     ) -> None:

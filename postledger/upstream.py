@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import ssl
 import time
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from pydantic import SecretStr
@@ -34,7 +35,7 @@ class TaskStatus(StrEnum):
 
 @dataclass(frozen=True)
 class TaskSnapshot:
-    task_id: str
+    task_id: str | None  # None: the upstream keeps no task (a synchronous call's answer)
     status: TaskStatus
     output: str | None
     usage: dict[str, Any] | None
@@ -43,6 +44,26 @@ class TaskSnapshot:
     @property
     def done(self) -> bool:
         return self.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """One ledger batch's paid request, the same for every upstream."""
+
+    batch_id: str
+    model: str
+    prompt: str
+    posts: Sequence[tuple[str, str]]  # (post id, text)
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class Created:
+    """What a create call gave: the upstream task's id, or — from an upstream that answers
+    at once and keeps no task — the finished result itself."""
+
+    task_id: str | None
+    finished: TaskSnapshot | None = None
 
 
 class UpstreamError(Exception):
@@ -111,6 +132,38 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_reset(value: str | None) -> float | None:
+    """Seconds from an `x-ratelimit-reset-*` header, as OpenAI writes them: `1s`, `6m0s`,
+    `20ms`, `1h2m3.5s`. None when missing or unusable."""
+    if not value or not (value := value.strip()):
+        return None
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return None
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def retry_after_of(headers: httpx.Headers) -> float | None:
+    """The wait an upstream asked for: `Retry-After` (seconds or HTTP-date), else
+    `retry-after-ms`, else the longest of the `x-ratelimit-reset-*` headers."""
+    waited = parse_retry_after(headers.get("retry-after"))
+    if waited is not None:
+        return waited
+    milliseconds = headers.get("retry-after-ms", "").strip()
+    if milliseconds.replace(".", "", 1).isdigit():
+        return float(milliseconds) / 1000
+    resets = [
+        parse_reset(headers.get(name))
+        for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+    ]
+    known = [seconds for seconds in resets if seconds is not None]
+    return max(known) if known else None
+
+
 class TaskUnknownError(RejectedError):
     """The upstream does not know this task id (R26)."""
 
@@ -121,6 +174,9 @@ class Timeouts:
     read: float = 30.0
 
 
+DEFAULT_TIMEOUTS = Timeouts()
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """One verified TLS context per process: loading the CA bundle costs tens of ms, and a
@@ -128,17 +184,28 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-class TaskApiClient:
-    """One upstream speaking the task API: `create_task`, `get_task`."""
+class HttpUpstream:
+    """What every upstream client shares: one httpx client, one request per call, the
+    transport faults and refusals turned into typed errors, and the key only in a header.
+
+    Subclasses say what the upstream is like (`postledger.upstreams.Upstream`)."""
+
+    has_task_ids = True  # the upstream keeps a task that can be polled by its id
+    can_list = False  # the upstream can list its recent tasks, to find one by its metadata
+    long_polls = False  # a poll may ask the upstream to hold the answer until the task ends
+    # A 5xx answer to a create may hide a task that was made (and is charged).
+    server_error_may_charge = True
 
     def __init__(
         self,
         base_url: str,
         *,
         api_key: SecretStr | None = None,
-        timeouts: Timeouts = Timeouts(),
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        honours_keys: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.honours_keys = honours_keys
         self._api_key = api_key
         headers = {"User-Agent": "postledger"}
         if api_key is not None:
@@ -151,7 +218,7 @@ class TaskApiClient:
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         )
 
-    async def __aenter__(self) -> TaskApiClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -159,6 +226,86 @@ class TaskApiClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+        """The upstream task made for this batch and key, if the upstream can tell."""
+        return None
+
+    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
+        raise NotImplementedError
+
+    async def wait_for_task(
+        self, task_id: str, *, poll_interval: float, poll_wait: float, deadline: float
+    ) -> TaskSnapshot:
+        """Poll until the task ends. Long polls when the upstream can and `poll_wait` > 0, so
+        a result arrives the moment it is ready instead of up to one interval late."""
+        give_up = time.monotonic() + deadline
+        long_poll = self.long_polls and poll_wait > 0
+        while True:
+            remaining = give_up - time.monotonic()
+            wait = min(poll_wait, max(remaining, 0)) if long_poll else 0.0
+            snapshot = await self.get_task(task_id, wait=wait)
+            if snapshot.done:
+                return snapshot
+            if time.monotonic() >= give_up:
+                raise TaskStillRunning(
+                    f"task {task_id} still {snapshot.status} after {deadline:g} s; "
+                    "it may still finish upstream"
+                )
+            if not long_poll:
+                await asyncio.sleep(min(poll_interval, max(give_up - time.monotonic(), 0)))
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, url, **kwargs)
+        except httpx.ConnectError as exc:
+            raise TransportError(
+                f"could not connect to {self.base_url} ({type(exc).__name__})", maybe_sent=False
+            ) from None
+        except httpx.ConnectTimeout:
+            raise TransportError(
+                f"connecting to {self.base_url} timed out", maybe_sent=False
+            ) from None
+        except httpx.TransportError as exc:
+            raise TransportError(
+                f"{method} {url}: no answer ({type(exc).__name__})", maybe_sent=True
+            ) from None
+        if response.status_code in TRANSIENT_STATUS:
+            raise TransportError(
+                f"{method} {url}: HTTP {response.status_code}",
+                maybe_sent=self.server_error_may_charge,
+                status=response.status_code,
+            )
+        if response.status_code >= 400:
+            error_type, message = _error_of(response)
+            cls = TaskUnknownError if response.status_code == 404 else RejectedError
+            raise cls(
+                self._redact(f"{method} {url}: HTTP {response.status_code}: {message}"),
+                status=response.status_code,
+                error_type=error_type,
+                retry_after=retry_after_of(response.headers),
+            )
+        return response
+
+    def _redact(self, text: str) -> str:
+        if self._api_key is not None and self._api_key.get_secret_value():
+            text = text.replace(self._api_key.get_secret_value(), "***")
+        return text
+
+
+class TaskApiClient(HttpUpstream):
+    """One upstream speaking the async task API: `create_task`, `get_task`."""
+
+    long_polls = True
+
+    async def create(self, request: CreateRequest) -> Created:
+        task_id = await self.create_task(
+            model=request.model,
+            prompt=request.prompt,
+            posts=request.posts,
+            idempotency_key=request.idempotency_key,
+        )
+        return Created(task_id)
 
     async def create_task(
         self, *, model: str, prompt: str, posts: Sequence[tuple[str, str]], idempotency_key: str
@@ -193,62 +340,6 @@ class TaskApiClient:
             error=str(data["error"]) if data.get("error") else None,
         )
 
-    async def wait_for_task(
-        self, task_id: str, *, poll_interval: float, poll_wait: float, deadline: float
-    ) -> TaskSnapshot:
-        """Poll until the task ends. Long polls when `poll_wait` > 0, so a result arrives the
-        moment it is ready instead of up to one interval late."""
-        give_up = time.monotonic() + deadline
-        while True:
-            remaining = give_up - time.monotonic()
-            snapshot = await self.get_task(task_id, wait=min(poll_wait, max(remaining, 0)))
-            if snapshot.done:
-                return snapshot
-            if time.monotonic() >= give_up:
-                raise TaskStillRunning(
-                    f"task {task_id} still {snapshot.status} after {deadline:g} s; "
-                    "it may still finish upstream"
-                )
-            if poll_wait <= 0:
-                await asyncio.sleep(poll_interval)
-
-    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self._http.request(method, url, **kwargs)
-        except httpx.ConnectError as exc:
-            raise TransportError(
-                f"could not connect to {self.base_url} ({type(exc).__name__})", maybe_sent=False
-            ) from None
-        except httpx.ConnectTimeout:
-            raise TransportError(
-                f"connecting to {self.base_url} timed out", maybe_sent=False
-            ) from None
-        except httpx.TransportError as exc:
-            raise TransportError(
-                f"{method} {url}: no answer ({type(exc).__name__})", maybe_sent=True
-            ) from None
-        if response.status_code in TRANSIENT_STATUS:
-            raise TransportError(
-                f"{method} {url}: HTTP {response.status_code}",
-                maybe_sent=True,
-                status=response.status_code,
-            )
-        if response.status_code >= 400:
-            error_type, message = _error_of(response)
-            cls = TaskUnknownError if response.status_code == 404 else RejectedError
-            raise cls(
-                self._redact(f"{method} {url}: HTTP {response.status_code}: {message}"),
-                status=response.status_code,
-                error_type=error_type,
-                retry_after=parse_retry_after(response.headers.get("retry-after")),
-            )
-        return response
-
-    def _redact(self, text: str) -> str:
-        if self._api_key is not None and self._api_key.get_secret_value():
-            text = text.replace(self._api_key.get_secret_value(), "***")
-        return text
-
 
 def _json(response: httpx.Response) -> dict[str, Any]:
     try:
@@ -261,8 +352,11 @@ def _json(response: httpx.Response) -> dict[str, Any]:
 
 
 def _error_of(response: httpx.Response) -> tuple[str | None, str]:
+    """(kind, message) of an error body `{"error": {"message", "type", "param", "code"}}`. The
+    `code` is the finer word when there is one: OpenAI answers a 429 with the type `requests`
+    and the code `rate_limit_exceeded`, or type and code `insufficient_quota`."""
     try:
         error = response.json().get("error", {})
-        return error.get("type"), str(error.get("message", ""))[:500]
+        return error.get("code") or error.get("type"), str(error.get("message", ""))[:500]
     except (ValueError, AttributeError):
         return None, response.text[:200]

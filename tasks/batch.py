@@ -23,7 +23,7 @@ from postledger.policy import Decision, Failure, after_failure
 from postledger.recovery import finish_from_output
 from postledger.settings import current_settings
 from postledger.spill import Spill, SpillKind
-from postledger.upstream import UpstreamError
+from postledger.upstream import TaskSnapshot, UpstreamError
 from tasks.upstream_calls import (
     create_upstream_task,
     wait_for_upstream_task,
@@ -70,7 +70,7 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
             batch, posts = ledger.mark_running(
                 batch_id,
                 upstream,
-                idempotent=settings.upstream_idempotent,
+                idempotent=settings.honours_keys(),
                 price=settings.price(),
                 prompt=settings.prompt,
                 max_cost=settings.max_cost,
@@ -87,17 +87,24 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
         if resume:
             if batch.upstream_task_id is None:
                 raise LedgerError(f"batch {batch_id} has no task id to poll")
-            task_id = batch.upstream_task_id
+            task_id: str | None = batch.upstream_task_id
+            finished: TaskSnapshot | None = None
         else:
-            task_id = await with_request_retries(create_upstream_task, settings)(
+            created = await with_request_retries(create_upstream_task, settings)(
                 batch_id,
                 [(post_id, text) for post_id, text in batch.request or []],
                 batch.idempotency_key,
                 ledger_url,
             )
-        snapshot = await with_request_retries(wait_for_upstream_task, settings)(
-            batch_id, task_id, ledger_url
-        )
+            task_id, finished = created.task_id, created.finished
+        if finished is not None:  # a synchronous upstream answered the create itself
+            snapshot = finished
+        elif task_id is None:
+            raise UpstreamError("the upstream gave neither a task id nor a result")
+        else:
+            snapshot = await with_request_retries(wait_for_upstream_task, settings)(
+                batch_id, task_id, ledger_url
+            )
         if snapshot.output is None:
             raise UpstreamError(
                 f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
@@ -110,7 +117,7 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
                 ledger.batch(batch_id),
                 posts,
                 failure,
-                idempotent=settings.upstream_idempotent,
+                idempotent=settings.honours_keys(),
                 limits=settings.limits(),
                 now=utcnow(),
             )

@@ -17,15 +17,17 @@ from prefect.tasks import exponential_backoff
 from postledger.crash import CrashPoint, crash_point
 from postledger.db import LedgerUnavailable
 from postledger.ledger import open_ledger
+from postledger.recovery import adopt_orphans
 from postledger.settings import Settings, current_settings
 from postledger.spill import Spill, SpillKind
 from postledger.upstream import (
     AmbiguousCreate,
-    TaskApiClient,
+    Created,
+    CreateRequest,
     TaskSnapshot,
-    Timeouts,
     TransportError,
 )
+from postledger.upstreams import upstream_for
 
 
 def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -41,16 +43,6 @@ def with_request_retries(call: Task[..., Any], settings: Settings) -> Task[..., 
         retry_delay_seconds=exponential_backoff(backoff_factor=settings.request_backoff),
         retry_jitter_factor=0.5,
         retry_condition_fn=retry_transient,
-    )
-
-
-def client_for(settings: Settings) -> TaskApiClient:
-    if not settings.upstream_url:
-        raise RuntimeError("no upstream configured: set POSTLEDGER_UPSTREAM_URL")
-    return TaskApiClient(
-        settings.upstream_url,
-        api_key=settings.api_key,
-        timeouts=Timeouts(connect=settings.connect_timeout, read=settings.read_timeout),
     )
 
 
@@ -74,26 +66,27 @@ async def create_upstream_task(
     posts: Sequence[tuple[str, str]],
     idempotency_key: str,
     ledger_url: str,
-) -> str:
-    """Create (and pay for) the upstream task of a batch; the id is saved before returning.
+) -> Created:
+    """Create (and pay for) the upstream task of a batch; its id, when the upstream keeps one,
+    is saved before returning. A synchronous upstream answers with the finished result.
 
     Retried only when that cannot pay twice: the request never left, or the upstream honours
     the idempotency key that every create carries."""
     settings = current_settings()
     _count_retry(ledger_url, batch_id, settings)
-    async with client_for(settings) as client:
+    async with upstream_for(settings) as client:
         try:
-            task_id = await client.create_task(
-                model=settings.model,
-                prompt=settings.prompt,
-                posts=posts,
-                idempotency_key=idempotency_key,
+            created = await client.create(
+                CreateRequest(batch_id, settings.model, settings.prompt, posts, idempotency_key)
             )
         except TransportError as exc:
-            if exc.maybe_sent and not settings.upstream_idempotent:
+            if exc.maybe_sent and not client.honours_keys:
                 raise AmbiguousCreate(str(exc)) from None
             raise
     crash_point(CrashPoint.AFTER_CREATE)
+    if created.task_id is None:
+        return created  # no task upstream: nothing to save, nothing to poll
+    task_id = created.task_id
     try:
         open_ledger(ledger_url).record_task_id(batch_id, task_id)
     except LedgerUnavailable:
@@ -101,7 +94,7 @@ async def create_upstream_task(
         # let the batch finish.
         Spill(settings.resolved_spill_path()).add(SpillKind.TASK_ID, batch_id, task_id=task_id)
     crash_point(CrashPoint.AFTER_TASK_ID)
-    return task_id
+    return created
 
 
 @task(
@@ -115,10 +108,26 @@ async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -
     """Poll the upstream task until it ends; polling never pays, so it is always safe to retry."""
     settings = current_settings()
     _count_retry(ledger_url, batch_id, settings)
-    async with client_for(settings) as client:
+    async with upstream_for(settings) as client:
         return await client.wait_for_task(
             task_id,
             poll_interval=settings.poll_interval,
             poll_wait=settings.poll_wait,
             deadline=settings.task_deadline,
         )
+
+
+@task(
+    name="adopt-orphaned-tasks",
+    task_run_name="adopt orphans {month}",
+    retry_condition_fn=retry_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+async def adopt_orphaned_tasks(month: str, ledger_url: str) -> list[str]:
+    """Interrupted batches with no task id saved whose upstream task is found by its
+    metadata: the id is saved, so recovery polls that task instead of asking to resubmit.
+    Listing never pays. Returns the batches adopted."""
+    settings = current_settings()
+    async with upstream_for(settings) as client:
+        return await adopt_orphans(open_ledger(ledger_url), month, client)

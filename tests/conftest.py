@@ -190,6 +190,15 @@ def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+def start_openai_sim(monkeypatch: pytest.MonkeyPatch, kind: str, **options: Any) -> Iterator[Sim]:
+    """The simulator, configured as an OpenAI upstream (`openai_chat` or `openai_batch`):
+    the base URL with its /v1, as the openai SDK takes it."""
+    for sim in start_sim(monkeypatch, **options):
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_KIND", kind)
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", f"{sim.url}/v1")
+        yield sim
+
+
 # --- a real Prefect server (UI, services), for the tests that need one -------------------------
 
 

@@ -9,7 +9,7 @@ from pydantic import SecretStr
 from blocks import BlockNotFound, PostledgerLedger, PostledgerUpstream, settings_from_blocks
 from flows.limits import tag_limit_name
 from flows.setup import prepare_prefect
-from postledger.settings import Settings, current_settings, in_force
+from postledger.settings import Settings, UpstreamKind, current_settings, in_force
 from postledger.spend import Price
 
 
@@ -32,7 +32,7 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     monkeypatch.setenv("POSTLEDGER_MAX_ATTEMPTS", "7")  # in no block: comes from the env
     monkeypatch.setenv("POSTLEDGER_MODEL", "env-model")  # the block says otherwise: it wins
     PostledgerUpstream(
-        kind="task_api",
+        kind=UpstreamKind.OPENAI_CHAT,
         base_url="http://upstream.example:9000/",
         api_key=SecretStr("sk-block-secret"),
         model="block-model",
@@ -48,6 +48,7 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     assert settings.api_key is not None
     assert settings.api_key.get_secret_value() == "sk-block-secret"
     assert (settings.model, settings.upstream_idempotent) == ("block-model", False)
+    assert settings.upstream_kind is UpstreamKind.OPENAI_CHAT
     assert settings.price() == Price(input=1, output=2)
     assert settings.database_url == "postgresql+psycopg://u:pw-secret@db/ledger"
     assert (settings.max_cost, settings.max_attempts) == (123, 7)

@@ -12,7 +12,7 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
-from tests.conftest import Sim, ledger_text, start_sim
+from tests.conftest import Sim, ledger_text, start_openai_sim, start_sim
 
 MONTH = "2026-10"
 
@@ -359,9 +359,12 @@ def test_attempts_are_capped(
 SECRET = "sk-test-0123456789abcdefghijklmnop"
 
 
-@pytest.fixture
-def guarded_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
-    yield from start_sim(monkeypatch, latency=0.1, api_key=SECRET)
+@pytest.fixture(params=["task_api", "openai_chat", "openai_batch"])
+def guarded_sim(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
+    if request.param == "task_api":
+        yield from start_sim(monkeypatch, latency=0.1, api_key=SECRET)
+    else:
+        yield from start_openai_sim(monkeypatch, request.param, latency=0.1, api_key=SECRET)
 
 
 def test_the_api_key_is_sent_and_never_kept(

@@ -6,6 +6,9 @@ GET  /_sim/charges        every charged task: the ground truth of what was paid
 GET  /_sim/stats          requests by route, tasks in flight now and at most
 GET/POST /_sim/faults     the fault plan in force (see `postledger.sim.faults`)
 POST /_sim/tasks/{id}/forget   lose one task (its charge stays), as expiring upstreams do
+
+The OpenAI protocols, with the same faults and the same charge log: see
+`postledger.sim.openai_api` (/v1/chat/completions, /v1/files, /v1/batches).
 """
 
 from __future__ import annotations
@@ -13,22 +16,18 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from email.utils import formatdate
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from postledger.sim.faults import (
-    CREATE_AFTER,
-    CREATE_REFUSED,
-    Decision,
-    FaultPlan,
-    Faults,
-    Route,
-)
+from postledger.sim.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route
+from postledger.sim.openai_api import add_openai_routes
 from postledger.sim.outputs import spoil_output
+from postledger.sim.responses import error as _error
+from postledger.sim.responses import refusal as _refusal
+from postledger.sim.responses import transport_fault as _transport_fault
 from postledger.sim.upstream import IdempotencyConflict, SimTask, TaskState, Upstream
 
 MAX_WAIT_SECONDS = 60.0
@@ -43,58 +42,6 @@ class CreateTask(BaseModel):
     model: str = Field(min_length=1)
     prompt: str
     posts: list[PostIn] = Field(min_length=1)
-
-
-def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(
-        {"error": {"type": kind, "message": message}}, status_code=status, headers=headers
-    )
-
-
-class _Reset(Response):
-    """Promises a body and closes the connection half-way: the client sees a broken
-    connection, as after a reset."""
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-length", b"4096")],
-            }
-        )
-        await send({"type": "http.response.body", "body": b'{"task', "more_body": False})
-
-
-async def _transport_fault(decision: Decision) -> Response:
-    fault = decision.fault.removesuffix("_after_create")
-    if fault == "reset":
-        return _Reset()
-    if fault == "timeout":
-        await asyncio.sleep(decision.rule.hold)
-        return _error(504, "timeout", "The upstream took too long.")
-    status = int(fault.removeprefix("http_"))
-    return _error(status, "server_error", f"Simulated HTTP {status}.")
-
-
-def _refusal(decision: Decision) -> Response:
-    if decision.fault == "rate_limit":
-        value = decision.rule.retry_after
-        headers: dict[str, str] = {}
-        if value.startswith("date:"):
-            headers["Retry-After"] = formatdate(time.time() + float(value[5:]), usegmt=True)
-        elif value == "garbage":
-            headers["Retry-After"] = "soon-ish"
-        elif value != "missing":
-            headers["Retry-After"] = value
-        return _error(429, "rate_limit_exceeded", "Rate limit reached for requests.", headers)
-    if decision.fault == "auth":
-        return _error(401, "invalid_api_key", "Incorrect API key provided.")
-    if decision.fault == "quota":
-        return _error(402, "insufficient_quota", "You exceeded your current quota.")
-    if decision.fault == "quota_429":
-        return _error(429, "insufficient_quota", "You exceeded your current quota.")
-    return _error(403, "permission_denied", "This key may not use this model.")
 
 
 def _task_body(task: SimTask, now: float) -> dict[str, Any]:
@@ -199,6 +146,8 @@ def create_app(
         if wait > 0 and remaining > 0:
             await asyncio.sleep(min(wait, remaining))
         return _task_body(task, time.monotonic())
+
+    add_openai_routes(app, upstream, faults, authorized)
 
     @app.get("/_sim/charges")
     async def charges() -> Any:

@@ -9,8 +9,17 @@ order and the first that fires wins, one fault per request.
             rate_limit | auth | quota | quota_429 | permission               (refused, free)
     poll    reset | timeout | http_500 | http_502 | http_503 | http_504 | forget
     task    task_failed                                           (the task ends `failed`)
+            expired | cancelled    (Batch API: the batch ends so, half of its requests undone;
+                                    task API: the task ends `failed`)
     output  not_json | wrong_shape | truncated | unknown_ids                  (whole output)
             missing_id | stray_id | bad_field | duplicate_id          (one item of the output)
+            request_error       (Batch API: one post's request fails; elsewhere: its item is
+                                 missing)
+
+The OpenAI routes meet the same rules: `create` is POST /v1/chat/completions and POST
+/v1/batches, `poll` is GET /v1/batches/{id}; a chat completion's `task` fault is a 500 answer
+(nothing charged). `rate_limit` also takes `retry_after=reset:N`: no Retry-After, only
+OpenAI's `x-ratelimit-reset-requests: Ns`.
 
 The compact form, for `--faults`: `on:fault@p` or `on:fault#n+m`, comma separated, options
 after `;` — e.g. `create:http_503@0.05,create:rate_limit#2;retry_after=2,output:bad_field@0.1`.
@@ -40,9 +49,9 @@ CREATE_BEFORE = {"reset", "timeout", "http_500", "http_502", "http_503", "http_5
 CREATE_AFTER = {"reset_after_create", "timeout_after_create", "http_500_after_create"}
 CREATE_REFUSED = {"rate_limit", "auth", "quota", "quota_429", "permission"}
 POLL_FAULTS = {"reset", "timeout", "http_500", "http_502", "http_503", "http_504", "forget"}
-TASK_FAULTS = {"task_failed"}
+TASK_FAULTS = {"task_failed", "expired", "cancelled"}
 WHOLE_OUTPUT = {"not_json", "wrong_shape", "truncated", "unknown_ids"}
-ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id"}
+ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id", "request_error"}
 
 KINDS: dict[Route, set[str]] = {
     Route.CREATE: CREATE_BEFORE | CREATE_AFTER | CREATE_REFUSED,
@@ -59,7 +68,8 @@ class FaultRule(BaseModel):
     fault: str
     p: float = Field(default=0.0, ge=0, le=1)
     nth: list[int] = Field(default_factory=list)
-    # rate_limit: seconds ("2"), "date:N" (an HTTP-date N seconds ahead), "missing", "garbage"
+    # rate_limit: seconds ("2"), "date:N" (an HTTP-date N seconds ahead), "reset:N" (only
+    # x-ratelimit-reset-requests), "missing", "garbage"
     retry_after: str = "1"
     hold: float = Field(default=60.0, ge=0, description="timeout: seconds the answer is held")
 

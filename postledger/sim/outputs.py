@@ -21,7 +21,9 @@ def spoil_output(output: str, fault: str, pick: Callable[[Route, int], int]) -> 
         return json.dumps([{**item, "id": f"x-{item['id']}"} for item in items], ensure_ascii=False)
     index = pick(Route.OUTPUT, len(items))
     item = items[index]
-    if fault == "missing_id":
+    if fault == "request_error":  # one post's request failed: no item for it
+        items.pop(index)
+    elif fault == "missing_id":
         items[index] = {k: v for k, v in item.items() if k != "id"}
     elif fault == "stray_id":
         items[index] = {**item, "id": f"{item['id']}-stray"}

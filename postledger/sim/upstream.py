@@ -95,10 +95,14 @@ class Upstream:
         idempotency_key: str | None,
         now: float,
         on_new: Callable[[SimTask], None] | None = None,
+        honour_key: bool = True,
     ) -> tuple[SimTask, bool]:
-        """Accept a task; returns (task, charged). A known key returns its task, uncharged."""
+        """Accept a task; returns (task, charged). A known key returns its task, uncharged.
+        `honour_key=False`: the protocol has no idempotency keys; the key (if any) is only
+        written into the charge log."""
+        honour_key = honour_key and self.honour_keys
         with self.lock:
-            if self.honour_keys and idempotency_key in self.by_key:
+            if honour_key and idempotency_key in self.by_key:
                 task = self.tasks[self.by_key[idempotency_key]]
                 if (task.model, task.prompt, task.posts) != (model, prompt, posts):
                     raise IdempotencyConflict(idempotency_key)
@@ -120,7 +124,7 @@ class Upstream:
             if on_new is not None:
                 on_new(task)  # faults decided once per task, never again for a repeated key
             self.tasks[task.task_id] = task
-            if idempotency_key is not None:
+            if idempotency_key is not None and honour_key:
                 self.by_key[idempotency_key] = task.task_id
             self.charges.append(
                 Charge(

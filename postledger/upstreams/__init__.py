@@ -1,0 +1,102 @@
+"""One upstream interface, three protocols (docs/upstreams.md).
+
+Every upstream is used the same way: `create` a task for a batch (paid), `wait_for_task` until
+it ends, and — when the upstream can list what it made — `find_task` by the batch's metadata.
+What differs is said by three attributes, which the business layer reads instead of the kind:
+
+- `has_task_ids`: the upstream keeps a task that can be polled later by its id (task API,
+  Batch API). Chat completions answer synchronously: `create` returns the finished result
+  and there is no id, so an interrupted request can only be sent again (R24).
+- `honours_keys`: a create sent again under the same idempotency key cannot pay twice.
+- `can_list`: `find_task` can find a task whose id was never saved (the Batch API, by the
+  metadata naming the ledger batch and its key): the orphan is adopted, not paid again.
+
+All raise the same typed errors (`postledger.upstream`), which `postledger.failures` classifies.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from postledger.settings import Settings, UpstreamKind
+from postledger.upstream import (
+    Created,
+    CreateRequest,
+    HttpUpstream,
+    TaskApiClient,
+    TaskSnapshot,
+    Timeouts,
+)
+from postledger.upstreams.openai_batch import OpenAIBatchClient
+from postledger.upstreams.openai_chat import OpenAIChatClient
+
+__all__ = ["CreateRequest", "Created", "Upstream", "can_list", "upstream_for"]
+
+
+class Upstream(Protocol):
+    has_task_ids: bool
+    honours_keys: bool
+    can_list: bool
+
+    async def __aenter__(self) -> Upstream: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def create(self, request: CreateRequest) -> Created:
+        """Create (and pay for) the upstream work of one batch."""
+        ...
+
+    async def wait_for_task(
+        self, task_id: str, *, poll_interval: float, poll_wait: float, deadline: float
+    ) -> TaskSnapshot:
+        """Poll the task until it ends; its output, usage or error."""
+        ...
+
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+        """The id of the task made for this batch and key; None if none is found or the
+        upstream cannot list its tasks."""
+        ...
+
+
+_CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
+    UpstreamKind.TASK_API: TaskApiClient,
+    UpstreamKind.OPENAI_CHAT: OpenAIChatClient,
+    UpstreamKind.OPENAI_BATCH: OpenAIBatchClient,
+}
+
+
+def can_list(settings: Settings) -> bool:
+    """Whether the configured upstream can find a task whose id was never saved."""
+    return _CLIENTS[settings.upstream_kind].can_list
+
+
+def upstream_for(settings: Settings) -> Upstream:
+    """The client of the configured upstream; use it as `async with`."""
+    if not settings.upstream_url:
+        raise RuntimeError("no upstream configured: set POSTLEDGER_UPSTREAM_URL")
+    timeouts = Timeouts(connect=settings.connect_timeout, read=settings.read_timeout)
+    honours_keys = settings.honours_keys()
+    if settings.upstream_kind is UpstreamKind.OPENAI_CHAT:
+        return OpenAIChatClient(
+            settings.upstream_url,
+            api_key=settings.api_key,
+            timeouts=Timeouts(connect=settings.connect_timeout, read=settings.chat_timeout),
+            honours_keys=honours_keys,
+            json_schema=settings.json_schema,
+        )
+    if settings.upstream_kind is UpstreamKind.OPENAI_BATCH:
+        return OpenAIBatchClient(
+            settings.upstream_url,
+            api_key=settings.api_key,
+            timeouts=timeouts,
+            honours_keys=honours_keys,
+            json_schema=settings.json_schema,
+            completion_window=settings.completion_window,
+            search_limit=settings.orphan_search_limit,
+        )
+    return TaskApiClient(
+        settings.upstream_url,
+        api_key=settings.api_key,
+        timeouts=timeouts,
+        honours_keys=honours_keys,
+    )

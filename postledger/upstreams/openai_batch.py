@@ -1,0 +1,219 @@
+"""The OpenAI Batch API: the batch's requests uploaded as a JSONL file (`POST {base}/files`,
+purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polled with
+`GET {base}/batches/{id}`, its results read from the output and error files.
+
+- One JSONL line per post, `custom_id` = the post id: a request's error names its post, so
+  per-request errors become per-post failures (R13), and the other posts complete.
+- The upstream batch id is the upstream task id. The batch's `metadata` names the ledger batch
+  and its idempotency key, so a batch made but never written down can be found again by
+  listing the recent batches: every create looks first (so a create sent again never pays
+  twice: `honours_keys`), and recovery adopts such an orphan instead of asking to resubmit.
+- Statuses: validating -> queued; in_progress, finalizing, cancelling -> running; completed,
+  expired, cancelled -> succeeded with what they produced (requests that never ran are in the
+  error file as `batch_expired` / `batch_cancelled`, or absent: either way those posts fail
+  validation with the reason and are retried or end per the rules); failed -> failed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from postledger.upstream import (
+    Created,
+    CreateRequest,
+    HttpUpstream,
+    TaskSnapshot,
+    TaskStatus,
+    UpstreamError,
+    _json,
+)
+from postledger.upstreams.openai_protocol import chat_body, completion_result
+
+BATCH_KEY = "postledger_batch"
+IDEMPOTENCY_KEY = "postledger_key"
+ENDPOINT = "/v1/chat/completions"
+PAGE = 100
+
+_STATUS = {
+    "validating": TaskStatus.QUEUED,
+    "in_progress": TaskStatus.RUNNING,
+    "finalizing": TaskStatus.RUNNING,
+    "cancelling": TaskStatus.RUNNING,
+    "completed": TaskStatus.SUCCEEDED,
+    "expired": TaskStatus.SUCCEEDED,
+    "cancelled": TaskStatus.SUCCEEDED,
+    "failed": TaskStatus.FAILED,
+}
+
+
+def metadata_of(batch_id: str, idempotency_key: str) -> dict[str, str]:
+    return {BATCH_KEY: batch_id, IDEMPOTENCY_KEY: idempotency_key}
+
+
+class OpenAIBatchClient(HttpUpstream):
+    can_list = True
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        json_schema: bool = True,
+        completion_window: str = "24h",
+        search_limit: int = 500,
+        **options: Any,
+    ) -> None:
+        super().__init__(base_url, **options)
+        self.honours_keys = True  # every create looks for the batch made under its key first
+        self.json_schema = json_schema
+        self.completion_window = completion_window
+        self.search_limit = search_limit
+
+    async def create(self, request: CreateRequest) -> Created:
+        """The upstream batch of this ledger batch: the one made before under this key if
+        there is one (no new charge), else a new one (paid)."""
+        batch_id, key = request.batch_id, request.idempotency_key
+        found = await self.find_task(batch_id=batch_id, idempotency_key=key)
+        if found is not None:
+            return Created(found)
+        lines = "".join(
+            json.dumps(
+                {
+                    "custom_id": post_id,
+                    "method": "POST",
+                    "url": ENDPOINT,
+                    "body": chat_body(
+                        request.model, request.prompt, [(post_id, text)], self.json_schema
+                    ),
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+            for post_id, text in request.posts
+        )
+        uploaded = _json(
+            await self._send(
+                "POST",
+                "/files",
+                data={"purpose": "batch"},
+                files={"file": (f"{batch_id}.jsonl", lines.encode(), "application/jsonl")},
+            )
+        )
+        file_id = _text(uploaded.get("id"), "the upstream took the file but sent no id")
+        made = _json(
+            await self._send(
+                "POST",
+                "/batches",
+                json={
+                    "input_file_id": file_id,
+                    "endpoint": ENDPOINT,
+                    "completion_window": self.completion_window,
+                    "metadata": metadata_of(batch_id, key),
+                },
+            )
+        )
+        return Created(_text(made.get("id"), "the upstream made the batch but sent no id"))
+
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+        """Look through the most recent upstream batches (newest first, paging with `after`)
+        for the one whose metadata names this ledger batch and key."""
+        wanted = metadata_of(batch_id, idempotency_key)
+        seen, after = 0, None
+        while seen < self.search_limit:
+            params: dict[str, Any] = {"limit": min(PAGE, self.search_limit - seen)}
+            if after:
+                params["after"] = after
+            page = _json(await self._send("GET", "/batches", params=params))
+            data = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            for batch in data:
+                metadata = batch.get("metadata") or {}
+                if all(metadata.get(k) == v for k, v in wanted.items()):
+                    return _text(batch.get("id"), "a listed batch has no id")
+            seen += len(data)
+            if not data or not page.get("has_more"):
+                return None
+            after = data[-1].get("id")
+        return None
+
+    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
+        data = _json(await self._send("GET", f"/batches/{task_id}"))
+        status = _STATUS.get(str(data.get("status")))
+        if status is None:
+            raise UpstreamError(f"unexpected batch status {data.get('status')!r}")
+        if status is TaskStatus.FAILED:
+            errors = (data.get("errors") or {}).get("data") or []
+            why = "; ".join(
+                f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict)
+            )
+            return TaskSnapshot(task_id, status, None, None, f"batch failed: {why or 'no reason'}")
+        if status is not TaskStatus.SUCCEEDED:
+            return TaskSnapshot(task_id, status, None, None, None)
+        lines = await self._lines(data.get("output_file_id"))
+        lines += await self._lines(data.get("error_file_id"))
+        output, usage = assemble(lines, str(data["status"]))
+        return TaskSnapshot(task_id, status, output, usage, None)
+
+    async def _lines(self, file_id: Any) -> list[dict[str, Any]]:
+        if not isinstance(file_id, str) or not file_id:
+            return []
+        response = await self._send("GET", f"/files/{file_id}/content")
+        lines = []
+        for text in response.text.splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue  # a broken line names no post: that post ends up with no item
+            if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
+                lines.append(line)
+        return lines
+
+
+def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, int] | None]:
+    """The batch's raw output as the ledger keeps it: one JSON list with the items of every
+    post's answer, and an `{"id", "error"}` item for each post whose request failed (which
+    validation turns into that post's failure reason). Usage summed over the answers."""
+    items: list[Any] = []
+    tokens = [0, 0]
+    answered = False
+    for line in lines:
+        post_id = line["custom_id"]
+        response = line.get("response") or {}
+        body = response.get("body") if isinstance(response, dict) else None
+        failed = not isinstance(response, dict) or response.get("status_code") != 200
+        if line.get("error") or failed:
+            error = line.get("error") or (body or {}).get("error") or {}
+            items.append({"id": post_id, "error": _error_text(error, status)})
+            continue
+        content, usage, error_text = completion_result(body)
+        if usage is not None:
+            answered = True
+            tokens[0] += usage["input_tokens"]
+            tokens[1] += usage["output_tokens"]
+        if content is None:
+            items.append({"id": post_id, "error": error_text})
+            continue
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            items.append({"id": post_id, "error": f"the answer is not JSON: {content[:200]!r}"})
+            continue
+        if isinstance(parsed, dict) and isinstance(parsed.get("results"), list):
+            parsed = parsed["results"]
+        if isinstance(parsed, list):
+            items.extend(parsed)
+        else:
+            items.append({"id": post_id, "error": f"the answer is not a list: {content[:200]!r}"})
+    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1]} if answered else None
+    return json.dumps(items, ensure_ascii=False), usage
+
+
+def _error_text(error: Any, status: str) -> str:
+    if isinstance(error, dict) and (error.get("code") or error.get("message")):
+        return f"{error.get('code') or error.get('type')}: {error.get('message')}"
+    return f"the request failed (batch {status})"
+
+
+def _text(value: Any, why: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise UpstreamError(why)
+    return value

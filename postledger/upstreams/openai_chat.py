@@ -1,0 +1,45 @@
+"""OpenAI-compatible chat completions (`POST {base}/chat/completions`): OpenAI, Azure OpenAI's
+v1 API, DeepSeek, Together, vLLM, Ollama and others.
+
+One request per batch, answered synchronously: `create` returns the finished result, and there
+is no upstream task id. So a request interrupted before its answer was saved can only be sent
+again — and the upstream does not honour idempotency keys — which always needs a person's yes
+(R24). A 5xx answer carries no completion and is not billed, so it is retried at the request
+layer; a request that got no answer at all (reset, timeout) may have been billed and is not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from postledger.upstream import (
+    Created,
+    CreateRequest,
+    HttpUpstream,
+    TaskSnapshot,
+    TaskStatus,
+    UpstreamError,
+    _json,
+)
+from postledger.upstreams.openai_protocol import chat_body, completion_result
+
+
+class OpenAIChatClient(HttpUpstream):
+    has_task_ids = False
+    server_error_may_charge = False
+
+    def __init__(self, base_url: str, *, json_schema: bool = True, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self.honours_keys = False  # whatever was configured: no keys, no task to find again
+        self.json_schema = json_schema
+
+    async def create(self, request: CreateRequest) -> Created:
+        """Send the batch as one chat completion and return its answer (paid)."""
+        body = chat_body(request.model, request.prompt, request.posts, self.json_schema)
+        response = await self._send("POST", "/chat/completions", json=body)
+        content, usage, error = completion_result(_json(response))
+        status = TaskStatus.SUCCEEDED if content is not None else TaskStatus.FAILED
+        return Created(None, TaskSnapshot(None, status, content, usage, error))
+
+    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
+        raise UpstreamError("chat completions keep no task to poll")

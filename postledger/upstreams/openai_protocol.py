@@ -1,0 +1,89 @@
+"""What the OpenAI chat completions protocol looks like from here: the request body for a
+batch of posts, and the result read back from a `chat.completion` object."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from postledger.analysis import Category, Sentiment
+
+# Appended to the configured prompt: response_format asks for a JSON *object*, so the list of
+# analyses travels as {"results": [...]}, which `postledger.analysis.check_output` unwraps.
+ENVELOPE = (
+    'Wrap the list in one JSON object: {"results": [...]}, one item per post, with the post\'s id.'
+)
+
+RESULTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "category": {"type": "string", "enum": [c.value for c in Category]},
+                    "sentiment": {"type": "string", "enum": [s.value for s in Sentiment]},
+                    "summary": {"type": "string"},
+                },
+                "required": ["id", "category", "sentiment", "summary"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["results"],
+    "additionalProperties": False,
+}
+
+
+def response_format(json_schema: bool) -> dict[str, Any]:
+    """Structured outputs where the server supports them, JSON mode otherwise."""
+    if not json_schema:
+        return {"type": "json_object"}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "post_analyses", "strict": True, "schema": RESULTS_SCHEMA},
+    }
+
+
+def chat_body(
+    model: str, prompt: str, posts: Sequence[tuple[str, str]], json_schema: bool
+) -> dict[str, Any]:
+    """One chat completion request for these posts: the prompt as the system message, the
+    posts as a JSON user message."""
+    user = {"posts": [{"id": post_id, "text": text} for post_id, text in posts]}
+    return {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": f"{prompt}\n\n{ENVELOPE}"},
+            {"role": "user", "content": json.dumps(user, ensure_ascii=False)},
+        ],
+        "response_format": response_format(json_schema),
+    }
+
+
+def completion_result(body: Any) -> tuple[str | None, dict[str, int] | None, str | None]:
+    """(content, usage, error) of a `chat.completion`: the text of `choices[0].message`, the
+    usage in the ledger's words (input/output tokens), or why there is no text."""
+    usage = None
+    raw_usage = body.get("usage") if isinstance(body, dict) else None
+    if isinstance(raw_usage, dict):
+        try:
+            usage = {
+                "input_tokens": int(raw_usage["prompt_tokens"]),
+                "output_tokens": int(raw_usage["completion_tokens"]),
+            }
+        except (KeyError, TypeError, ValueError):
+            usage = None
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None, usage, "the completion has no choices"
+    message = choices[0].get("message") or {}
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str) and content:
+        return content, usage, None
+    refusal = message.get("refusal") if isinstance(message, dict) else None
+    reason = choices[0].get("finish_reason")
+    return None, usage, f"no content (finish_reason {reason!r}{f': {refusal}' if refusal else ''})"
