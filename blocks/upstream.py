@@ -8,26 +8,35 @@ from typing import Any, ClassVar
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
-from postledger.settings import DEFAULT_PROMPT, UpstreamKind
-from postledger.spend import DEFAULT_PRICES, Price
+from postledger.settings import UpstreamKind
+from postledger.spend import Price
+
+# Block field -> Settings field, where the names differ.
+_SETTING_OF = {
+    "kind": "upstream_kind",
+    "base_url": "upstream_url",
+    "name": "upstream_name",
+    "honours_idempotency_keys": "upstream_idempotent",
+}
 
 
 class PostledgerUpstream(Block):
     """Where postledger sends batches, with what model and prompt, and what it costs.
 
-    Fields left empty fall back to the `POSTLEDGER_*` variables of the process that runs the
-    flow, so one block can serve several workers with different secrets in their environment.
+    Every field left empty falls back to the `POSTLEDGER_*` variable of the process that runs
+    the flow (then to postledger's default), so one block can serve workers whose environment
+    holds, say, the secret. A field that is set always wins.
     """
 
     _block_type_name: ClassVar[str] = "Postledger Upstream"
     _block_type_slug: ClassVar[str] = "postledger-upstream"
     _description: ClassVar[str] = (
         "The paid AI service postledger sends batches to: protocol, address, API key, model, "
-        "prompt, timeouts and prices."
+        "prompt, timeouts and prices. Empty fields: the worker's POSTLEDGER_* variables."
     )
 
-    kind: UpstreamKind = Field(
-        default=UpstreamKind.TASK_API,
+    kind: UpstreamKind | None = Field(
+        default=None,
         description="The protocol: task_api (the bundled simulator's async task API), "
         "openai_chat (OpenAI-compatible chat completions), openai_batch (OpenAI Batch API). "
         "See docs/upstreams.md.",
@@ -42,49 +51,41 @@ class PostledgerUpstream(Block):
     )
     api_key: SecretStr | None = Field(default=None, description="Sent as Authorization: Bearer.")
     model: str | None = Field(default=None, description="Model name, e.g. gpt-4o-mini.")
-    prompt: str = Field(default=DEFAULT_PROMPT, description="The instructions sent with a batch.")
-    honours_idempotency_keys: bool = Field(
-        default=True,
-        description="The service honours Idempotency-Key, so a create may be retried safely. "
-        "If not, an unanswered create is never resent without a person's yes.",
+    prompt: str | None = Field(default=None, description="The instructions sent with a batch.")
+    honours_idempotency_keys: bool | None = Field(
+        default=None,
+        description="task_api: the service honours Idempotency-Key, so a create may be retried "
+        "safely. If not, an unanswered create is never resent without a person's yes.",
     )
-    connect_timeout: float = Field(default=5.0, gt=0, description="Seconds.")
-    read_timeout: float = Field(default=30.0, gt=0, description="Seconds.")
-    task_deadline: float = Field(
-        default=3600.0, gt=0, description="Seconds to wait for one upstream task."
+    connect_timeout: float | None = Field(default=None, gt=0, description="Seconds.")
+    read_timeout: float | None = Field(default=None, gt=0, description="Seconds.")
+    chat_timeout: float | None = Field(
+        default=None, gt=0, description="openai_chat: seconds to wait for one completion."
     )
-    completion_window: str = Field(
-        default="24h", description="openai_batch: the completion window of each upstream batch."
+    poll_interval: float | None = Field(
+        default=None, gt=0, description="Seconds between polls of an upstream task."
     )
-    json_schema: bool = Field(
-        default=True,
-        description="openai_chat / openai_batch: ask for output by JSON schema (strict); off: "
-        "json_object, for servers without structured outputs.",
+    task_deadline: float | None = Field(
+        default=None, gt=0, description="Seconds to wait for one upstream task."
     )
-    prices: dict[str, Price] = Field(
-        default_factory=lambda: dict(DEFAULT_PRICES),
+    completion_window: str | None = Field(
+        default=None, description="openai_batch: the completion window of each upstream batch."
+    )
+    json_schema: bool | None = Field(
+        default=None,
+        description="OpenAI kinds: ask for output by JSON schema (strict); off: json_object, "
+        "for servers without structured outputs.",
+    )
+    prices: dict[str, Price] | None = Field(
+        default=None,
         description="Per model, per million tokens, in micro-units (1 000 000 = 1 unit of "
         'currency): {"gpt-4o-mini": {"input": 150000, "output": 600000}}.',
     )
 
     def settings_fields(self) -> dict[str, Any]:
         """The `Settings` fields this block sets; empty ones are left to the environment."""
-        fields: dict[str, Any] = {
-            "upstream_kind": self.kind,
-            "prompt": self.prompt,
-            "upstream_idempotent": self.honours_idempotency_keys,
-            "connect_timeout": self.connect_timeout,
-            "read_timeout": self.read_timeout,
-            "task_deadline": self.task_deadline,
-            "prices": self.prices,
-            "completion_window": self.completion_window,
-            "json_schema": self.json_schema,
+        return {
+            _SETTING_OF.get(field, field): value
+            for field in type(self).model_fields
+            if (value := getattr(self, field)) is not None
         }
-        optional = {
-            "upstream_url": self.base_url,
-            "upstream_name": self.name,
-            "api_key": self.api_key,
-            "model": self.model,
-        }
-        fields.update({key: value for key, value in optional.items() if value is not None})
-        return fields

@@ -167,6 +167,13 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
 
+    def wait_deadline(self) -> float:
+        """Seconds to wait for one upstream task. A Batch API batch may take its whole
+        completion window: giving up sooner would leave its paid results unread."""
+        if self.upstream_kind is UpstreamKind.OPENAI_BATCH:
+            return max(self.task_deadline, _seconds(self.completion_window) + 3600)
+        return self.task_deadline
+
     def honours_keys(self) -> bool:
         """Whether a create sent again under the same idempotency key can never pay twice."""
         if self.upstream_kind is UpstreamKind.OPENAI_CHAT:
@@ -205,6 +212,13 @@ class Settings(BaseSettings):
         if create_folder:
             folder.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{folder / 'ledger.db'}"
+
+
+def _seconds(window: str) -> float:
+    """'24h', '90m', '3600s' (OpenAI's completion windows) in seconds; unknown: 24 h."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    number, unit = window[:-1], window[-1:]
+    return float(number) * units[unit] if number.isdigit() and unit in units else 86_400.0
 
 
 _IN_FORCE: ContextVar[Settings | None] = ContextVar("postledger_settings", default=None)

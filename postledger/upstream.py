@@ -193,8 +193,10 @@ class HttpUpstream:
     has_task_ids = True  # the upstream keeps a task that can be polled by its id
     can_list = False  # the upstream can list its recent tasks, to find one by its metadata
     long_polls = False  # a poll may ask the upstream to hold the answer until the task ends
-    # A 5xx answer to a create may hide a task that was made (and is charged).
-    server_error_may_charge = True
+    # Tasks that take hours (the Batch API): the interval between polls grows to this.
+    max_poll_interval: float | None = None
+    # The 5xx answers to a create that may hide a task that was made (and is charged).
+    statuses_that_may_charge: frozenset[int] = TRANSIENT_STATUS
 
     def __init__(
         self,
@@ -254,6 +256,8 @@ class HttpUpstream:
                 )
             if not long_poll:
                 await asyncio.sleep(min(poll_interval, max(give_up - time.monotonic(), 0)))
+                if self.max_poll_interval:
+                    poll_interval = min(poll_interval * 1.5, self.max_poll_interval)
 
     async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -273,7 +277,7 @@ class HttpUpstream:
         if response.status_code in TRANSIENT_STATUS:
             raise TransportError(
                 f"{method} {url}: HTTP {response.status_code}",
-                maybe_sent=self.server_error_may_charge,
+                maybe_sent=response.status_code in self.statuses_that_may_charge,
                 status=response.status_code,
             )
         if response.status_code >= 400:

@@ -113,7 +113,7 @@ async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -
             task_id,
             poll_interval=settings.poll_interval,
             poll_wait=settings.poll_wait,
-            deadline=settings.task_deadline,
+            deadline=settings.wait_deadline(),
         )
 
 

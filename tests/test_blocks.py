@@ -31,6 +31,8 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
 ) -> None:
     monkeypatch.setenv("POSTLEDGER_MAX_ATTEMPTS", "7")  # in no block: comes from the env
     monkeypatch.setenv("POSTLEDGER_MODEL", "env-model")  # the block says otherwise: it wins
+    monkeypatch.setenv("POSTLEDGER_CONNECT_TIMEOUT", "7")  # a block field left empty
+    monkeypatch.setenv("POSTLEDGER_TASK_DEADLINE", "90000")  # e.g. a long batch window
     PostledgerUpstream(
         kind=UpstreamKind.OPENAI_CHAT,
         base_url="http://upstream.example:9000/",
@@ -52,6 +54,7 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     assert settings.price() == Price(input=1, output=2)
     assert settings.database_url == "postgresql+psycopg://u:pw-secret@db/ledger"
     assert (settings.max_cost, settings.max_attempts) == (123, 7)
+    assert (settings.connect_timeout, settings.task_deadline) == (7, 90000)
     assert settings.breaker_name() == "upstream.example:9000"
     # The secrets are masked wherever the block is shown.
     shown = repr(PostledgerUpstream.load("t-upstream")) + repr(PostledgerLedger.load("t-ledger"))

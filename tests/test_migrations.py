@@ -107,3 +107,20 @@ def test_workers_opening_a_new_ledger_at_once_migrate_it_once(any_ledger_url: st
     ledger = Ledger(any_ledger_url)
     assert ledger.schema_revision() == head_revision()
     ledger.close()
+
+
+def test_a_ledger_from_between_releases_gets_only_what_it_lacks(any_ledger_url: str) -> None:
+    """Made while issues 4–6 were being written: breakers and approvals, no spend, no
+    month_runs, no alembic_version."""
+    Ledger(any_ledger_url).close()
+    engine = create_engine(any_ledger_url)
+    with engine.begin() as connection:
+        for table in ("alembic_version", "month_runs", "spend"):
+            connection.execute(text(f'DROP TABLE "{table}"'))
+    engine.dispose()
+    ledger = Ledger(any_ledger_url)
+    assert ledger.schema_revision() == head_revision()
+    with ledger.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
+    assert differences == []
+    ledger.close()

@@ -203,3 +203,33 @@ def test_an_orphaned_batch_is_found_by_its_metadata_and_adopted_with_no_new_char
             for e in ledger.events(MONTH)
         )
     ledger.close()
+
+
+def test_a_line_answers_for_its_own_post_only() -> None:
+    """The model's text never decides which post an answer belongs to: its custom_id does."""
+    import json
+
+    from postledger.upstreams.openai_batch import assemble
+
+    def line(custom_id: str, content: object) -> dict[str, object]:
+        body = {
+            "choices": [{"message": {"content": json.dumps(content)}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        }
+        return {"custom_id": custom_id, "response": {"status_code": 200, "body": body}}
+
+    good = {"id": "a", "category": "praise", "sentiment": "positive", "summary": "ok"}
+    raw, usage = assemble(
+        [
+            line("a", [good]),
+            line("b", {**good, "id": "c"}),  # names another post: b's error, never c's result
+            line("c", {**good, "id": "c"}),  # a bare object (json_object mode) is fine
+            line("d", [good, good]),  # two items for one post
+        ],
+        "completed",
+    )
+    items = {item["id"]: item for item in json.loads(raw)}
+    assert items["a"] == good and items["c"]["category"] == "praise"
+    assert "names post 'c'" in items["b"]["error"]
+    assert "not one item" in items["d"]["error"]
+    assert usage == {"input_tokens": 40, "output_tokens": 20}

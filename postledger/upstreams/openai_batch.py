@@ -53,6 +53,7 @@ def metadata_of(batch_id: str, idempotency_key: str) -> dict[str, str]:
 
 class OpenAIBatchClient(HttpUpstream):
     can_list = True
+    max_poll_interval = 30.0  # a batch takes minutes to hours: no need to ask twice a second
 
     def __init__(
         self,
@@ -197,14 +198,24 @@ def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, i
         except ValueError:
             items.append({"id": post_id, "error": f"the answer is not JSON: {content[:200]!r}"})
             continue
-        if isinstance(parsed, dict) and isinstance(parsed.get("results"), list):
-            parsed = parsed["results"]
-        if isinstance(parsed, list):
-            items.extend(parsed)
-        else:
-            items.append({"id": post_id, "error": f"the answer is not a list: {content[:200]!r}"})
+        items.append(_answer_for(post_id, parsed, content))
     usage = {"input_tokens": tokens[0], "output_tokens": tokens[1]} if answered else None
     return json.dumps(items, ensure_ascii=False), usage
+
+
+def _answer_for(post_id: str, parsed: Any, content: str) -> dict[str, Any]:
+    """The one item a line answers for its own post (its custom_id). The model's text decides
+    nothing else: an answer that names another post — a slip, or an instruction hidden in a
+    post's text — is this post's error, never that other post's result."""
+    if isinstance(parsed, dict) and isinstance(parsed.get("results"), list):
+        parsed = parsed["results"]
+    if isinstance(parsed, list) and len(parsed) == 1:
+        parsed = parsed[0]
+    if not isinstance(parsed, dict):
+        return {"id": post_id, "error": f"the answer is not one item: {content[:200]!r}"}
+    if parsed.get("id") != post_id:
+        return {"id": post_id, "error": f"the answer names post {parsed.get('id')!r}, not this one"}
+    return parsed
 
 
 def _error_text(error: Any, status: str) -> str:

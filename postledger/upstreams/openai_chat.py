@@ -4,8 +4,10 @@ v1 API, DeepSeek, Together, vLLM, Ollama and others.
 One request per batch, answered synchronously: `create` returns the finished result, and there
 is no upstream task id. So a request interrupted before its answer was saved can only be sent
 again — and the upstream does not honour idempotency keys — which always needs a person's yes
-(R24). A 5xx answer carries no completion and is not billed, so it is retried at the request
-layer; a request that got no answer at all (reset, timeout) may have been billed and is not.
+(R24). A 503 (overloaded, unavailable) means the request was not taken: it is retried at the
+request layer. A 500, 502 or 504 may come after the model ran and was billed (a gateway
+timing out in front of a backend that finished), and a request that got no answer at all
+(reset, timeout) may have been billed too: neither is ever resent without a person's yes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 class OpenAIChatClient(HttpUpstream):
     has_task_ids = False
-    server_error_may_charge = False
+    statuses_that_may_charge = frozenset({500, 502, 504})
 
     def __init__(self, base_url: str, *, json_schema: bool = True, **options: Any) -> None:
         super().__init__(base_url, **options)

@@ -32,10 +32,36 @@ def _when(name: str, nullable: bool = False) -> sa.Column[datetime]:
     return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
 
 
+def _missing(table: str, column: str | None = None) -> bool:
+    """Ledgers made while these tables were being written (between the releases of issues 4
+    and 6) hold some of them already: only what is missing is made."""
+    inspector = sa.inspect(op.get_bind())
+    if table not in inspector.get_table_names():
+        return True
+    return column is not None and column not in {c["name"] for c in inspector.get_columns(table)}
+
+
 def upgrade() -> None:
     add_labels("failurekind", "INPUT_CHANGED")
     create_enums(ENUMS)
     level = enum("breakerlevel", *ENUMS["breakerlevel"])
+    if _missing("approvals"):
+        _approvals()
+    if _missing("breaker_events"):
+        _breaker_events(level)
+    if _missing("breakers"):
+        _breakers(level)
+    if _missing("month_runs"):
+        _month_runs()
+    if _missing("spend"):
+        _spend()
+    if _missing("batches", "request"):
+        op.add_column("batches", sa.Column("request", sa.JSON(), nullable=True))
+    if _missing("posts", "inputs"):
+        op.add_column("posts", sa.Column("inputs", sa.JSON(), nullable=True))
+
+
+def _approvals() -> None:
     op.create_table(
         "approvals",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -57,6 +83,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index(op.f("ix_approvals_month"), "approvals", ["month"], unique=False)
+
+
+def _breaker_events(level: sa.types.TypeEngine[str]) -> None:
     op.create_table(
         "breaker_events",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -71,6 +100,9 @@ def upgrade() -> None:
     op.create_index(
         op.f("ix_breaker_events_upstream"), "breaker_events", ["upstream"], unique=False
     )
+
+
+def _breakers(level: sa.types.TypeEngine[str]) -> None:
     op.create_table(
         "breakers",
         sa.Column("upstream", sa.String(), nullable=False),
@@ -80,6 +112,9 @@ def upgrade() -> None:
         _when("changed_at"),
         sa.PrimaryKeyConstraint("upstream"),
     )
+
+
+def _month_runs() -> None:
     op.create_table(
         "month_runs",
         sa.Column("month", sa.String(length=7), nullable=False),
@@ -89,6 +124,9 @@ def upgrade() -> None:
         _when("heartbeat_at"),
         sa.PrimaryKeyConstraint("month"),
     )
+
+
+def _spend() -> None:
     op.create_table(
         "spend",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -106,8 +144,6 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_spend_batch_id"), "spend", ["batch_id"], unique=False)
     op.create_index(op.f("ix_spend_month"), "spend", ["month"], unique=False)
-    op.add_column("batches", sa.Column("request", sa.JSON(), nullable=True))
-    op.add_column("posts", sa.Column("inputs", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
