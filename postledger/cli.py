@@ -344,25 +344,29 @@ def setup(
     """Prepare the ledger and Prefect (idempotent): migrate the ledger to the current schema,
     register the block types, create the `ai-batch` tag limit and the work pool."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from blocks import register_block_types, settings_from_blocks
-    from flows.setup import prepare_prefect
+    from contextlib import AbstractContextManager, nullcontext
+
+    from flows.local_server import local_prefect_server
     from postledger.db import safe_url
     from postledger.ledger import Ledger
 
-    if ledger_block:
-        register_block_types()  # so that the block can be loaded on a server never set up
-    settings = settings_from_blocks(ledger=ledger_block) if ledger_block else Settings()
-    url = settings.resolved_database_url()
-    ledger = Ledger(url)  # opening for writing migrates
-    out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
-    ledger.close()
-    if os.environ.get("PREFECT_API_URL"):
-        lines = prepare_prefect(tag_limit, work_pool)
-    else:  # the embedded default: the same local server `postledger run` starts
-        from flows.local_server import local_prefect_server
+    # The embedded default: the local server `postledger run` starts. Prefect reads
+    # PREFECT_API_URL when it is first imported, so nothing imports it before the server is up.
+    server: AbstractContextManager[object] = (
+        nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
+    )
+    with server:
+        from blocks import register_block_types, settings_from_blocks
+        from flows.setup import prepare_prefect
 
-        with local_prefect_server():
-            lines = prepare_prefect(tag_limit, work_pool)
+        if ledger_block:
+            register_block_types()  # so that the block can be loaded on a server never set up
+        settings = settings_from_blocks(ledger=ledger_block) if ledger_block else Settings()
+        url = settings.resolved_database_url()
+        ledger = Ledger(url)  # opening for writing migrates
+        out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
+        ledger.close()
+        lines = prepare_prefect(tag_limit, work_pool)
     for line in lines:
         out.print(line)
 
