@@ -125,6 +125,7 @@ def level_changes(ledger: Ledger, sim: Sim) -> list[tuple[BreakerLevel, BreakerL
     ]
 
 
+@pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", ["create:reset#3"], indirect=True)
 def test_one_final_transport_failure_sends_one_at_a_time_until_a_success(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
@@ -194,6 +195,7 @@ def approve_in_another_process(ledger_url: str, *args: str) -> subprocess.Comple
     return postledger(env, Path.cwd(), "approve", "--month", MONTH, *args)
 
 
+@pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
 @pytest.mark.parametrize("answer_with", ["postledger approve", "resume_flow_run"])
 def test_second_failure_opens_pauses_and_continue_probes_first(
@@ -239,6 +241,7 @@ def test_second_failure_opens_pauses_and_continue_probes_first(
     assert (asked.answer, asked.note) == (Answer.CONTINUE, "upstream is back")
 
 
+@pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", [None], indirect=True)
 def test_a_new_run_while_open_pauses_at_once_and_stop_sends_nothing(
     prefect_harness: None, faulty: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path
@@ -279,6 +282,7 @@ def breaker_level(env: dict[str, str], cwd: Path, upstream: str) -> str:
     return str(breaker["level"])
 
 
+@pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
 def test_the_breaker_and_the_answer_survive_a_restart(
     faulty: Sim, ledger_url: str, tmp_path: Path

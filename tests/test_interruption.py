@@ -19,6 +19,8 @@ from postledger.ledger import Ledger
 from postledger.models import BatchRecord, BatchStatus, PostStatus
 from tests.conftest import Sim, start_sim, write_jsonl
 
+pytestmark = pytest.mark.processes  # runs postledger in other processes
+
 MONTH = "2026-10"
 POSTS = 80  # four batches: 25, 25, 25, 5
 

@@ -164,6 +164,7 @@ def batch_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
     yield from start_openai_sim(monkeypatch, KIND, latency=0.3)
 
 
+@pytest.mark.processes  # runs postledger in other processes
 def test_an_orphaned_batch_is_found_by_its_metadata_and_adopted_with_no_new_charge(
     batch_sim: Sim, ledger_url: str, tmp_path: Path
 ) -> None:

@@ -155,6 +155,7 @@ def chat_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
     yield from start_openai_sim(monkeypatch, KIND, latency=0.2)
 
 
+@pytest.mark.processes  # runs postledger in other processes
 def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
     chat_sim: Sim, ledger_url: str, tmp_path: Path
 ) -> None:

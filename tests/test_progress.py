@@ -158,6 +158,7 @@ def test_spend_equals_the_simulators_usage(
     assert all((r.estimated_cost or 0) >= (r.cost or 0) for r in rows)
 
 
+@pytest.mark.processes  # runs postledger in other processes
 def test_status_looks_while_a_run_goes_on_in_another_process(
     monkeypatch: pytest.MonkeyPatch, ledger_url: str, tmp_path: Path
 ) -> None:

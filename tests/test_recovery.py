@@ -24,6 +24,8 @@ from postledger.ledger import Ledger
 from postledger.models import Answer, BatchStatus, FailureKind, PostStatus
 from tests.conftest import Sim, start_sim, write_jsonl
 
+pytestmark = pytest.mark.processes  # runs postledger in other processes
+
 MONTH = "2026-10"
 
 

@@ -37,10 +37,14 @@ NOTE = "upstream repaired; answered in the Prefect UI"
 CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
+    ),
+    pytest.mark.processes,
+    pytest.mark.xdist_group("prefect_server"),  # one real server per pytest session, not per worker
+]
 
 
 @pytest.fixture
