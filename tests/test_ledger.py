@@ -219,25 +219,17 @@ def test_month_writes_are_serialized(any_ledger_url: str, same_process: bool) ->
 def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> None:
     """A ledger written before `inputs` existed (schema revision 0001): it is upgraded, and a
     post that matches its old fingerprint is the same work, not a change paid for again."""
-    from sqlalchemy import text
-
-    from postledger.db import make_engine
-    from postledger.migrate import upgrade
     from postledger.posts import Post, legacy_fingerprint
+    from tests.test_migrations import ledger_at_baseline
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = make_engine(url)
-    upgrade(engine, "0001")
-    with engine.begin() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO posts (month, post_id, position, text, fingerprint, status, "
-                "attempts, requeues, created_at, updated_at) VALUES ('2026-10', 'a', 0, 'hello', "
-                ":fp, 'PENDING', 0, 0, '2026-10-02 10:00:00+00', '2026-10-02 10:00:00+00')"
-            ),
-            {"fp": legacy_fingerprint("hello", "m", "p")},
-        )
-    engine.dispose()
+    ledger_at_baseline(
+        url,
+        post_id="a",
+        fingerprint=legacy_fingerprint("hello", "m", "p"),
+        status="PENDING",
+        result=None,
+    )
 
     ledger = Ledger(url)
     report = ledger.sync_posts(

@@ -29,24 +29,38 @@ def test_a_new_ledger_is_made_by_the_revisions_and_matches_the_models(
     assert differences == [], f"models.py and the revisions disagree: {differences}"
 
 
-def _month_at_baseline(url: str) -> None:
-    """A ledger as issues 2–3 left it, holding one completed post of 2026-10."""
+def ledger_at_baseline(
+    url: str,
+    *,
+    post_id: str = "p1",
+    fingerprint: str = "f" * 64,
+    status: str = "COMPLETED",
+    result: str | None = '{"category": "praise"}',
+) -> None:
+    """A ledger as issues 2–3 left it (schema revision 0001), holding one post of 2026-10
+    whose text is 'hello'."""
     engine = make_engine(url)
     upgrade(engine, "0001")
     with engine.begin() as connection:
         connection.execute(
             text(
                 "INSERT INTO posts (month, post_id, position, text, fingerprint, status, "
-                "attempts, requeues, result, created_at, updated_at) VALUES ('2026-10', 'p1', 0, "
-                "'hello', :fp, 'COMPLETED', 1, 0, :result, :at, :at)"
+                "attempts, requeues, result, created_at, updated_at) VALUES ('2026-10', :id, 0, "
+                "'hello', :fp, :status, 1, 0, :result, :at, :at)"
             ),
-            {"fp": "f" * 64, "result": '{"category": "praise"}', "at": "2026-10-02 10:00:00+00"},
+            {
+                "id": post_id,
+                "fp": fingerprint,
+                "status": status,
+                "result": result,
+                "at": "2026-10-02 10:00:00+00",
+            },
         )
     engine.dispose()
 
 
 def test_an_older_ledger_is_upgraded_in_place_keeping_its_records(any_ledger_url: str) -> None:
-    _month_at_baseline(any_ledger_url)
+    ledger_at_baseline(any_ledger_url)
     ledger = Ledger(any_ledger_url)  # opening for writing upgrades
     assert ledger.schema_revision() == head_revision()
     (post,) = ledger.posts("2026-10")
@@ -64,7 +78,7 @@ def test_an_older_ledger_is_upgraded_in_place_keeping_its_records(any_ledger_url
 def test_a_ledger_made_before_migrations_is_recognised_and_upgraded(
     any_ledger_url: str,
 ) -> None:
-    _month_at_baseline(any_ledger_url)
+    ledger_at_baseline(any_ledger_url)
     engine = create_engine(any_ledger_url)
     with engine.begin() as connection:
         connection.execute(text("DROP TABLE alembic_version"))
@@ -78,7 +92,7 @@ def test_a_ledger_made_before_migrations_is_recognised_and_upgraded(
 def test_reading_an_older_ledger_says_to_run_setup_and_changes_nothing(
     any_ledger_url: str,
 ) -> None:
-    _month_at_baseline(any_ledger_url)
+    ledger_at_baseline(any_ledger_url)
     with pytest.raises(SchemaMismatch, match="postledger setup"):
         Ledger(any_ledger_url, read_only=True)
     engine = create_engine(any_ledger_url)
