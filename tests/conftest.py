@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 def prefect_harness() -> Iterator[None]:
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=60):
+    with prefect_test_harness(server_startup_timeout=120):
         yield
 
 
