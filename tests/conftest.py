@@ -120,6 +120,14 @@ def sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
     yield from start_sim(monkeypatch, latency=0.2)
 
 
+def fast_timings(monkeypatch: pytest.MonkeyPatch, **settings: str) -> None:
+    """Short request back-off and rate-limit wait for tests, plus any other `POSTLEDGER_*`
+    setting given by its field name (`poll_wait="0.5"`)."""
+    values = {"request_backoff": "0.05", "rate_limit_wait": "1", **settings}
+    for name, value in values.items():
+        monkeypatch.setenv(f"POSTLEDGER_{name.upper()}", value)
+
+
 def write_jsonl(path: Path, lines: list[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

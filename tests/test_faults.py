@@ -12,17 +12,14 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
-from tests.conftest import Sim, ledger_text, start_openai_sim, start_sim
+from tests.conftest import Sim, fast_timings, ledger_text, start_openai_sim, start_sim
 
 MONTH = "2026-10"
 
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POSTLEDGER_REQUEST_BACKOFF", "0.05")
-    monkeypatch.setenv("POSTLEDGER_READ_TIMEOUT", "1")
-    monkeypatch.setenv("POSTLEDGER_POLL_WAIT", "0.5")
-    monkeypatch.setenv("POSTLEDGER_RATE_LIMIT_WAIT", "1")
+    fast_timings(monkeypatch, read_timeout="1", poll_wait="0.5")
 
 
 @pytest.fixture

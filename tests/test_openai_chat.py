@@ -15,7 +15,7 @@ import pytest
 from postledger.crash import CRASH_EXIT_CODE
 from postledger.ledger import Ledger
 from postledger.models import Answer, BatchStatus, Charge, FailureKind, PostStatus
-from tests.conftest import Sim, start_openai_sim
+from tests.conftest import Sim, fast_timings, start_openai_sim
 from tests.test_faults import MONTH, assert_attempts_are_charges, run, statuses
 from tests.test_recovery import postledger, run_month
 
@@ -24,9 +24,7 @@ KIND = "openai_chat"
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POSTLEDGER_REQUEST_BACKOFF", "0.05")
-    monkeypatch.setenv("POSTLEDGER_CHAT_TIMEOUT", "1")
-    monkeypatch.setenv("POSTLEDGER_RATE_LIMIT_WAIT", "1")
+    fast_timings(monkeypatch, chat_timeout="1")
 
 
 @pytest.fixture

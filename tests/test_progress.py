@@ -23,7 +23,7 @@ from postledger.ledger import Ledger
 from postledger.models import Answer, PostStatus, Question, SpendState
 from postledger.settings import DEFAULT_PROMPT
 from postledger.spend import DEFAULT_PRICES, cost_of, estimate
-from tests.conftest import Sim, start_sim, write_jsonl
+from tests.conftest import Sim, fast_timings, start_sim, write_jsonl
 
 MONTH = "2026-10"
 PRICE = DEFAULT_PRICES["sim-analyst-1"]
@@ -33,10 +33,7 @@ MIXED += "output:not_json@0.05,output:bad_field@0.1,create:rate_limit@0.05;retry
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POSTLEDGER_REQUEST_BACKOFF", "0.05")
-    monkeypatch.setenv("POSTLEDGER_POLL_WAIT", "0.5")
-    monkeypatch.setenv("POSTLEDGER_RATE_LIMIT_WAIT", "1")
-    monkeypatch.setenv("POSTLEDGER_APPROVAL_POLL", "0.3")
+    fast_timings(monkeypatch, poll_wait="0.5", approval_poll="0.3")
 
 
 @pytest.fixture
