@@ -2,18 +2,17 @@
 window allows (R18), take them back in whatever order they finish, and plan what comes back
 (retries, halves, posts whose wait is over) until nothing is queued or waiting.
 
-It submits only what may run now, so no task run waits on the tag limit, and a pause never has
-a batch in flight (a pause does not stop task runs already submitted).
+It starts only what may run now, so no lane waits on the tag limit, and a pause never has a
+batch in flight (a pause does not stop task runs already submitted) nor a slot held: batches run
+on lanes (`tasks/lanes.py`), which the loop releases whenever it has no next batch for them.
 """
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Callable
 
 from prefect import get_run_logger
-from prefect.futures import PrefectFuture
 
 from flows.approval import ask_about_budget, ask_to_continue
 from postledger.breaker import window
@@ -21,10 +20,12 @@ from postledger.db import LedgerUnavailable
 from postledger.ledger import Ledger
 from postledger.models import Answer, BreakerLevel, PostStatus, utcnow
 from postledger.settings import Settings
-from tasks.batch import BatchOutcome, process_batch
+from tasks.lanes import Lanes
 
 # How long the loop sleeps at most between looks at the ledger while posts wait.
 MAX_NAP_SECONDS = 5.0
+# How often the loop looks whether a batch started under a budget has passed its check.
+CONFIRM_NAP_SECONDS = 0.005
 # After the breaker held a batch back (another month is probing), look again this much later.
 HELD_NAP_SECONDS = 1.0
 
@@ -44,24 +45,41 @@ def run_until_done(
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
     upstream task is to be polled (a person said yes, R23); they go first. `on_progress` is
     called whenever batches have ended."""
+    with Lanes(ledger_url) as lanes:
+        return _dispatch(lanes, ledger, month, settings, polls or [], on_progress)
+
+
+def _dispatch(
+    lanes: Lanes,
+    ledger: Ledger,
+    month: str,
+    settings: Settings,
+    polls: list[str],
+    on_progress: Callable[[], None] | None,
+) -> str | None:
     logger = get_run_logger()
     upstream = settings.breaker_name()
-    in_flight: dict[str, PrefectFuture[BatchOutcome]] = {}
-    # Batch ids land here as their task runs end. Asking a future for its state instead would
-    # cost an API round trip per running batch on every wake-up, right when a slot is free.
-    ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+    in_flight: set[str] = set()
     crashed: set[str] = set()  # not started again in this run: whatever broke would again
     stop: str | None = None
     quiet_until = 0.0  # monotonic time before which nothing new is submitted
     over_budget: str | None = None  # a batch was held back by the budget: ask once drained
     budget_rechecked = False
     progressed = False  # batches ended since the artifacts were last updated
-    to_poll = list(polls or [])
+    to_poll = list(polls)
+    unconfirmed: set[str] = set()  # started under a budget, not yet past its budget check
 
     while True:
         level = ledger.approvals.breaker(upstream).level
         room = window(level, settings.max_in_flight) - len(in_flight)
-        may_submit = stop is None and over_budget is None and time.monotonic() >= quiet_until
+        if unconfirmed:
+            unconfirmed = ledger.still_queued(unconfirmed & in_flight)
+        may_submit = (
+            stop is None
+            and over_budget is None
+            and not unconfirmed
+            and time.monotonic() >= quiet_until
+        )
         if may_submit and room > 0:
             try:
                 plan_due_work(ledger, month, settings)
@@ -76,13 +94,19 @@ def run_until_done(
                         break
                     if batch_id in in_flight or batch_id in crashed:
                         continue
-                    future = process_batch.submit(batch_id, ledger_url, resume=resume)
-                    future.add_done_callback(lambda _, batch_id=batch_id: ended.put(batch_id))
-                    in_flight[batch_id] = future
+                    lanes.start(batch_id, resume=resume)
+                    in_flight.add(batch_id)
+                    if settings.max_cost is not None and not resume:
+                        # R9 under a budget: the next batch starts only once this one has
+                        # passed its budget check, so that one held back is never overtaken
+                        # by a later one that happens to fit.
+                        unconfirmed.add(batch_id)
+                        break
                     if resume:
                         to_poll.remove(batch_id)
                     room -= 1
 
+        lanes.release_idle()  # no next batch for them: their slots go back at once
         if progressed and on_progress is not None:
             on_progress()  # after the next batches are on their way, not before
         progressed = False
@@ -96,6 +120,7 @@ def run_until_done(
                 over_budget, budget_rechecked = None, True
                 continue
             if over_budget is not None:
+                lanes.settle()  # a paused run holds no slot
                 try:
                     answer = ask_about_budget(ledger, month, settings, over_budget)
                     over_budget, budget_rechecked = None, False
@@ -107,6 +132,7 @@ def run_until_done(
                 continue
             if level is BreakerLevel.OPEN and (to_poll or work_left(ledger, month, crashed)):
                 # Everything sent has come back (R20): now a person decides (R19).
+                lanes.settle()
                 try:
                     answer = ask_to_continue(ledger, month, settings)
                 except LedgerUnavailable as exc:
@@ -127,20 +153,17 @@ def run_until_done(
             time.sleep(min(MAX_NAP_SECONDS, nap))
             continue
 
-        try:
-            finished = [ended.get(timeout=MAX_NAP_SECONDS)]
-        except queue.Empty:
-            continue  # a nap: posts whose wait is over may be planned meanwhile
-        while not ended.empty():
-            finished.append(ended.get_nowait())
-        for batch_id in finished:
-            future = in_flight.pop(batch_id)
-            try:
-                outcome = future.result()
-            except Exception as exc:  # R17: one broken batch must not stop the others
-                logger.error("batch %s crashed: %s: %s", batch_id, type(exc).__name__, exc)
+        # After a nap with nothing back, posts whose wait is over may be planned.
+        ended = lanes.wait_ended(timeout=CONFIRM_NAP_SECONDS if unconfirmed else MAX_NAP_SECONDS)
+        for end in ended:
+            batch_id = end.batch_id
+            in_flight.discard(batch_id)
+            if end.outcome is None:  # R17: one broken batch must not stop the others
+                error = end.error
+                logger.error("batch %s crashed: %s: %s", batch_id, type(error).__name__, error)
                 crashed.add(batch_id)
                 continue
+            outcome = end.outcome
             if outcome.held:
                 quiet_until = time.monotonic() + HELD_NAP_SECONDS
             if outcome.over_budget and over_budget is None:
@@ -153,7 +176,7 @@ def run_until_done(
             if outcome.stop_run and stop is None:
                 stop = outcome.stop_run
                 logger.error("no further batch will start in this run: %s", stop)
-        progressed = True
+        progressed = bool(ended)
 
 
 def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
@@ -166,11 +189,9 @@ def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
 def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
     """Posts whose wait is over, and pending posts, into new batches (the writes happen only
     when there is something to write)."""
-    counts = ledger.counts(month)
-    if counts[PostStatus.WAITING]:
+    if ledger.has_posts(month, PostStatus.WAITING):
         ledger.release_due(month)
-        counts = ledger.counts(month)
-    if counts[PostStatus.PENDING]:
+    if ledger.has_posts(month, PostStatus.PENDING):
         plan = ledger.plan(
             month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
         )

@@ -1,4 +1,5 @@
-"""The batch task: one batch's whole life inside one `ai-batch` slot (R8).
+"""One batch's whole life, run inside a lane that holds an `ai-batch` slot (R8,
+`tasks/lanes.py`).
 
 queued -> running (persisted before paying, R3) -> upstream task id saved -> raw output saved as
 received (R4) -> checked -> the business decision applied. Every step is written to the ledger
@@ -9,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 
 from postledger.breaker import BreakerHeld
 from postledger.charges import BudgetHeld
@@ -30,8 +30,6 @@ from tasks.upstream_calls import (
     with_request_retries,
 )
 
-BATCH_TAG = "ai-batch"
-
 
 @dataclass(frozen=True)
 class BatchOutcome:
@@ -49,15 +47,10 @@ class BatchOutcome:
         return cls(batch_id, decision.batch_to, decision.why, decision.kind, decision.stop_run)
 
 
-@task(
-    name="process-batch",
-    task_run_name="batch {batch_id}",
-    tags=[BATCH_TAG],
-    cache_policy=NO_CACHE,
-    persist_result=False,
-)
 async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) -> BatchOutcome:
-    """Send the batch and see it through. With `resume`, the batch was sent by an earlier,
+    """Send the batch and see it through, inside the task run of the lane that holds its slot
+    (not a task run of its own: a nested one costs ~5 ms between two batches; its two HTTP
+    calls are task runs, named after it). With `resume`, the batch was sent by an earlier,
     interrupted run and its upstream task id is saved: poll that task, send nothing (R23)."""
     logger = get_run_logger()
     settings = current_settings()

@@ -3,6 +3,7 @@ a real SQLite ledger. The evidence is the ledger and the simulator's own charge 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -152,3 +153,44 @@ def test_month_on_a_postgresql_ledger(
         {f"g{i}": 1 for i in range(60)}
     )
     ledger.close()
+
+
+def test_batches_run_in_two_lanes_that_keep_their_slots_and_give_them_back(
+    prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.monthly import monthly_posts
+
+    monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "5")
+    path = tmp_path / "2026-07.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "l{i}", "text": "Is the lane {i} fast?"}}\n' for i in range(40)),
+        encoding="utf-8",
+    )
+    state = monthly_posts(month="2026-07", posts_path=str(path), return_state=True)
+    assert state.is_completed(), state
+    assert ledger.counts("2026-07")[PostStatus.COMPLETED] == 40
+    assert len(sim.charges()) == 8
+
+    flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+    with get_client(sync_client=True) as client:
+        # Task runs reach the API through events: wait until all sixteen HTTP calls are there.
+        deadline = time.monotonic() + 30
+        while True:
+            names = [t.name for t in client.read_task_runs(flow_run_filter=flow_run)]
+            if sum(n.startswith(("create ", "wait ")) for n in names) == 16:
+                break
+            assert time.monotonic() < deadline, names
+            time.sleep(0.2)
+        limit = client.read_global_concurrency_limit_by_name("tag:ai-batch")
+    # Eight batches, always one ready when a lane's batch ended: two lanes, two slots taken
+    # once each instead of eight times ...
+    assert sorted(n for n in names if n.startswith("ai-batch lane")) == [
+        "ai-batch lane 1",
+        "ai-batch lane 2",
+    ]
+    assert sim.stats()["max_in_flight"] <= 2
+    # ... and given back when the month had nothing more to start.
+    assert limit.active_slots == 0
