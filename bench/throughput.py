@@ -20,6 +20,8 @@ import statistics
 import sys
 import time
 from contextlib import nullcontext
+from datetime import datetime
+from typing import Any
 
 from workdir import isolated_workdir
 
@@ -37,6 +39,9 @@ def main() -> int:
     )
     parser.add_argument("--api-url", help="a running Prefect server's API URL (overrides --server)")
     parser.add_argument("--ledger-url", help="the ledger's database URL (default: SQLite)")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="print where each batch cycle's time went"
+    )
     args = parser.parse_args()
 
     extra = {"PREFECT_API_URL": args.api_url} if args.api_url else {}
@@ -75,6 +80,8 @@ def main() -> int:
             last = max(b.finished_at for b in batches if b.finished_at)
             wall = (last - first).total_seconds()
             rows.append((wall, total))
+            if args.breakdown:
+                print_breakdown(open_ledger(os.environ["POSTLEDGER_DATABASE_URL"]), month, url)
             print(
                 f"run {run + 1}: batches {wall:6.2f} s (ideal {ideal:.2f} s, utilization "
                 f"{ideal / wall:6.1%}); whole flow incl. Prefect start-up {total:6.2f} s",
@@ -86,6 +93,45 @@ def main() -> int:
         f"(B={args.batches}, L={args.latency:g} s)"
     )
     return 0
+
+
+def print_breakdown(ledger: Any, month: str, sim_url: str) -> None:
+    """Median time of each step of a batch's cycle, from the ledger's events and the
+    simulator's charge log: the evidence of where the time between two batches goes."""
+    import httpx
+
+    charges = {c["task_id"]: c for c in httpx.get(f"{sim_url}/_sim/charges").json()["charges"]}
+    at: dict[str, dict[str, datetime]] = {}
+    for event in ledger.events(month):
+        if event.entity.value == "batch":
+            at.setdefault(event.entity_id, {}).setdefault(event.to_status, event.at)
+    steps: dict[str, list[float]] = {}
+
+    def add(step: str, start: datetime | None, end: datetime | None) -> None:
+        if start and end:
+            steps.setdefault(step, []).append((end - start).total_seconds() * 1000)
+
+    ends: list[datetime] = []
+    for batch in sorted(ledger.batches(month), key=lambda b: b.started_at):
+        charge = charges.get(batch.upstream_task_id or "")
+        made = datetime.fromisoformat(charge["at"]) if charge else None
+        done = datetime.fromisoformat(charge["done_at"]) if charge else None
+        seen = at.get(batch.batch_id, {})
+        add("running -> upstream task made", batch.started_at, made)
+        add("upstream task done -> received", done, seen.get("received"))
+        add("received -> completed", seen.get("received"), seen.get("completed"))
+        # The slot this batch took was freed by the earliest end not yet taken by another start.
+        freed = [e for e in ends if e <= batch.started_at]
+        if freed:
+            add("a batch completed -> the next running", min(freed), batch.started_at)
+            ends.remove(min(freed))
+        if batch.finished_at:
+            ends.append(batch.finished_at)
+    for step, values in steps.items():
+        print(
+            f"    {step:40s} median {statistics.median(values):6.1f} ms, "
+            f"mean {statistics.mean(values):6.1f} ms, max {max(values):6.1f} ms (n={len(values)})"
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine, case, func
 from sqlmodel import Session, col, select
 
 from postledger.models import (
@@ -67,6 +67,38 @@ class LedgerReads:
         counts = {status: 0 for status in PostStatus}
         counts.update({PostStatus(status): n for status, n in rows})
         return counts
+
+    def still_queued(self, batch_ids: set[str]) -> set[str]:
+        """Those of the batches that are still queued: not yet started, nor held back."""
+        if not batch_ids:
+            return set()
+        with self._read() as session:
+            query = select(BatchRecord.batch_id).where(
+                col(BatchRecord.batch_id).in_(batch_ids),
+                BatchRecord.status == BatchStatus.QUEUED,
+            )
+            return set(session.exec(query))
+
+    def has_posts(self, month: str, status: PostStatus) -> bool:
+        """Whether any post of the month is in `status`: cheaper than `counts`, which the
+        dispatch loop would otherwise ask between every two batches."""
+        with self._read() as session:
+            query = select(PostRecord.post_id).where(
+                PostRecord.month == month, PostRecord.status == status
+            )
+            return session.exec(query.limit(1)).first() is not None
+
+    def retry_totals(self, month: str) -> tuple[int, int]:
+        """(paid business retries, unpaid requeues) of the month's posts, summed by the
+        database: progress reports ask often, and need no post loaded for it."""
+        retries = case((col(PostRecord.attempts) > 1, col(PostRecord.attempts) - 1), else_=0)
+        with self._read() as session:
+            business, requeues = session.exec(
+                select(func.sum(retries), func.sum(PostRecord.requeues)).where(
+                    PostRecord.month == month
+                )
+            ).one()
+        return int(business or 0), int(requeues or 0)
 
     def posts(self, month: str, *statuses: PostStatus) -> list[PostRecord]:
         with self._read() as session:

@@ -51,8 +51,8 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
     total = sum(counts.values())
     if total == 0:
         return None
-    posts = ledger.posts(month)
-    failed = [p for p in posts if p.status is PostStatus.FAILED]
+    failed = ledger.posts(month, PostStatus.FAILED)
+    business, requeues = ledger.retry_totals(month)
     by_kind = Counter(p.failure_kind for p in failed)
     sample = {p.failure_kind: p.failure_reason for p in reversed(failed)}
     batches = ledger.batches(month)
@@ -70,8 +70,8 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         "batches": {status.value: batch_counts.get(status, 0) for status in BatchStatus},
         "retries": {
             # Paid business retries (R15), unpaid requeues, and request-layer retries (R16).
-            "business": sum(max(p.attempts - 1, 0) for p in posts),
-            "requeues": sum(p.requeues for p in posts),
+            "business": business,
+            "requeues": requeues,
             "request": sum(b.request_retries for b in batches),
         },
         "bisections": len({b.split_from for b in batches if b.split_from}),

@@ -113,12 +113,13 @@ def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
         raise RuntimeError(f"the simulator did not start (it said {line!r})")
     url = line[len(READY_PREFIX) :].strip()
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            httpx.get(f"{url}/_sim/stats", timeout=2).raise_for_status()
-            return url
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError(f"the simulator at {url} did not answer") from None
-            time.sleep(0.05)
+    with httpx.Client(timeout=2) as client:  # one TLS context for all the looks
+        while True:
+            try:
+                client.get(f"{url}/_sim/stats").raise_for_status()
+                return url
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    process.kill()
+                    raise RuntimeError(f"the simulator at {url} did not answer") from None
+                time.sleep(0.05)
