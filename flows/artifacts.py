@@ -20,7 +20,7 @@ from prefect.artifacts import (
 )
 
 from postledger.ledger import Ledger
-from postledger.progress import status_of
+from postledger.progress import progress_of, status_of
 from postledger.report import completed_share, summary_markdown
 
 # The UI need not follow every batch: at most one update per this many seconds.
@@ -66,7 +66,8 @@ class MonthArtifacts:
 
     def _publish(self, *, summary: bool) -> None:
         try:
-            report = status_of(self._ledger, self._month)
+            # While batches run, only what the progress and failures artifacts show.
+            report = (status_of if summary else progress_of)(self._ledger, self._month)
             if report is None:
                 return
             share = completed_share(report)

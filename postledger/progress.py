@@ -46,20 +46,16 @@ def month_status(settings: Settings, month: str) -> dict[str, Any] | None:
         ledger.close()
 
 
-def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
+def progress_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
+    """The part of `status_of` a progress bar needs: counts and failures. Cheap enough to ask
+    while batches run (no batch, spend or approval is read)."""
     counts = ledger.counts(month)
     total = sum(counts.values())
     if total == 0:
         return None
     failed = ledger.posts(month, PostStatus.FAILED)
-    business, requeues = ledger.retry_totals(month)
     by_kind = Counter(p.failure_kind for p in failed)
     sample = {p.failure_kind: p.failure_reason for p in reversed(failed)}
-    batches = ledger.batches(month)
-    batch_counts = Counter(b.status for b in batches)
-    spend = spend_summary(ledger.spend(month))
-    questions = ledger.approvals.approvals(month)
-    interrupted = [b.batch_id for b in batches if b.status is BatchStatus.RUNNING]
     return {
         "month": month,
         "total": total,
@@ -67,6 +63,31 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         "completed": counts[PostStatus.COMPLETED],
         "failed": counts[PostStatus.FAILED],
         "unfinished": sum(counts[s] for s in UNFINISHED),
+        "failures": [
+            {
+                "kind": kind.value if kind else None,
+                "count": n,
+                "sample_reason": sample[kind],
+                "how_to_continue": CONTINUE_HINTS.get(kind) if kind else None,
+            }
+            for kind, n in by_kind.most_common()
+        ],
+    }
+
+
+def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
+    progress = progress_of(ledger, month)
+    if progress is None:
+        return None
+    failures = progress.pop("failures")
+    business, requeues = ledger.retry_totals(month)
+    batches = ledger.batches(month)
+    batch_counts = Counter(b.status for b in batches)
+    spend = spend_summary(ledger.spend(month))
+    questions = ledger.approvals.approvals(month)
+    interrupted = [b.batch_id for b in batches if b.status is BatchStatus.RUNNING]
+    return {
+        **progress,
         "batches": {status.value: batch_counts.get(status, 0) for status in BatchStatus},
         "retries": {
             # Paid business retries (R15), unpaid requeues, and request-layer retries (R16).
@@ -90,15 +111,7 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         # Running batches of a run that is not running any more: they wait for a person's
         # yes (see `postledger plan`); while a run is going, they are simply in flight.
         "running_batches": interrupted,
-        "failures": [
-            {
-                "kind": kind.value if kind else None,
-                "count": n,
-                "sample_reason": sample[kind],
-                "how_to_continue": CONTINUE_HINTS.get(kind) if kind else None,
-            }
-            for kind, n in by_kind.most_common()
-        ],
+        "failures": failures,
     }
 
 

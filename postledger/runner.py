@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from postledger.ledger import Ledger
 from postledger.models import Question
 from postledger.posts import InputError, default_posts_path, load_posts
-from postledger.progress import failures_table, status_of, status_table
+from postledger.progress import failures_table, progress_of, status_of, status_table
 from postledger.settings import Settings, UpstreamKind
 from postledger.sim.server import simulator_process
 
@@ -98,7 +98,7 @@ def _progress_bar(ledger: Ledger, month: str, total: int, console: Console) -> I
 
     def refresh() -> None:
         while not stop.wait(0.5):
-            report = status_of(ledger, month)
+            report = progress_of(ledger, month)  # light: this runs beside the batches
             if report is None:
                 continue
             detail = (
