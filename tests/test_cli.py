@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import REPO, write_jsonl
 
+pytestmark = pytest.mark.processes  # runs postledger in other processes
+
 SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
 
 
