@@ -225,14 +225,11 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The PostgreSQL pass runs the tests whose ledger it decides (those using `ledger_url`),
     the ones that run postledger in other processes (crashes, restarts, a real server)
-    included; the others would run exactly as in the SQLite pass.
-
-    Either pass hands out the `processes` tests first: they are the longest (20-60 s each), and
-    one of them started last would keep a worker busy long after the others ran out of work."""
-    if LEDGER_ON_POSTGRES:
-        keep = [item for item in items if "ledger_url" in getattr(item, "fixturenames", ())]
-        dropped = [item for item in items if item not in keep]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
-    items.sort(key=lambda item: item.get_closest_marker("processes") is None)  # stable
+    included; the others would run exactly as in the SQLite pass."""
+    if not LEDGER_ON_POSTGRES:
+        return
+    keep = [item for item in items if "ledger_url" in getattr(item, "fixturenames", ())]
+    dropped = [item for item in items if item not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

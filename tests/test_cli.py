@@ -13,8 +13,6 @@ import pytest
 
 from tests.conftest import REPO, write_jsonl
 
-pytestmark = pytest.mark.processes  # runs postledger in other processes
-
 SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
 
 

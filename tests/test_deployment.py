@@ -27,10 +27,7 @@ from postledger.sim.server import simulator_process
 from tests.conftest import REPO, Sim, ledger_text
 from tests.prefect_server import PrefectServer
 
-pytestmark = [
-    pytest.mark.processes,  # runs Prefect (server, workers, flows) in other processes
-    pytest.mark.xdist_group("prefect_server"),  # shares one real server with the UI test
-]
+pytestmark = pytest.mark.xdist_group("prefect_server")  # shares one real server with the UI test
 
 API_KEY = "sk-e2e-upstream-3f9c1d2b7a"  # must never be seen outside the Authorization header
 DB_PASSWORD = "pw-e2e-ledger-81e4c0"  # trust auth ignores it; it must never be seen either
