@@ -223,20 +223,12 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PostgreSQL pass runs the tests whose ledger it decides (those using `ledger_url`);
-    the others would run exactly as in the SQLite pass. In CI it also leaves out the tests that
-    run postledger in other processes (crashes, restarts, a real server): they cost more than
-    the rest together, and their ledger calls are the in-process tests' own. Run them on
-    PostgreSQL too with POSTLEDGER_TEST_PROCESSES=1."""
+    """The PostgreSQL pass runs the tests whose ledger it decides (those using `ledger_url`),
+    the ones that run postledger in other processes (crashes, restarts, a real server)
+    included; the others would run exactly as in the SQLite pass."""
     if not LEDGER_ON_POSTGRES:
         return
-    every = os.environ.get("POSTLEDGER_TEST_PROCESSES") == "1"
-    keep = [
-        item
-        for item in items
-        if "ledger_url" in getattr(item, "fixturenames", ())
-        and (every or item.get_closest_marker("processes") is None)
-    ]
+    keep = [item for item in items if "ledger_url" in getattr(item, "fixturenames", ())]
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
