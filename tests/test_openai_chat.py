@@ -63,7 +63,9 @@ def test_rate_limit_exceeded_waits_as_asked_then_completes(
     events = ledger.events(MONTH)
     waited = next(e for e in events if e.entity_id == "p000" and e.to_status == "waiting")
     released = next(e for e in events if e.entity_id == "p000" and e.why == "wait over")
-    assert released.at - waited.at >= timedelta(seconds=at_least - 0.05)
+    # The wait is counted from the moment the refusal was judged, a ledger write before the
+    # `waiting` event is stamped: on a loaded machine that write can take a tenth of a second.
+    assert released.at - waited.at >= timedelta(seconds=at_least - 0.25)
     assert all(p.attempts == 1 and p.requeues == 1 for p in ledger.posts(MONTH))
 
 

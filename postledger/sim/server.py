@@ -52,7 +52,11 @@ def serve(
         create_delay=create_delay,
         faults=Faults(faults),
     )
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    # Asked to stop, it drops open requests after a second: a long poll or a held create
+    # answer would otherwise keep it up until its parent gives up waiting and kills it.
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+    )
     logging.getLogger("uvicorn.error").addFilter(_QuietDeliberateResets())
     print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
