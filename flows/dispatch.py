@@ -181,9 +181,7 @@ def _dispatch(
 
 def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
     """Whether anything of the month may still be sent: pending, waiting or queued."""
-    return (
-        bool(ledger.counts(month)[PostStatus.PENDING]) or ledger.next_wake(month, skip) is not None
-    )
+    return ledger.has_posts(month, PostStatus.PENDING) or ledger.next_wake(month, skip) is not None
 
 
 def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:

@@ -18,14 +18,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any
 
-import httpx
-
-from postledger.children import stop_child
+from postledger.children import stop_child, wait_answering
 
 
 def create_app() -> Any:
@@ -98,7 +95,9 @@ def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
     api_url = f"http://127.0.0.1:{port}/api"
     saved = {name: os.environ.get(name) for name in ("PREFECT_API_URL", *CLIENT_SETTINGS)}
     try:
-        _wait_healthy(process, api_url, startup_timeout)
+        if problem := wait_answering(process, f"{api_url}/health", timeout=startup_timeout):
+            process.kill()
+            raise RuntimeError(f"the local Prefect server {problem}")
         os.environ.update({"PREFECT_API_URL": api_url, **CLIENT_SETTINGS})
         yield api_url
     finally:
@@ -108,24 +107,3 @@ def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
             else:
                 os.environ[name] = value
         stop_child(process)
-
-
-def _wait_healthy(process: subprocess.Popen[bytes], api_url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    # One client for all the looks: each new one builds a TLS context, ~10 ms of CPU taken
-    # from the server that is starting.
-    with httpx.Client(timeout=2) as client:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"the local Prefect server exited with code {process.returncode}"
-                )
-            try:
-                if client.get(f"{api_url}/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"the local Prefect server did not answer within {timeout:g} s")
-            time.sleep(0.1)

@@ -66,6 +66,7 @@ class _Lane:
         self.lane_id = lane_id
         self.job: Job | None = job  # the batch it runs now; None once handed back
         self.mailbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.future: PrefectFuture[Any] | None = None  # its task run
 
 
 _POOLS: dict[str, Lanes] = {}
@@ -85,7 +86,6 @@ class Lanes:
         self._lanes: dict[str, _Lane] = {}  # alive: running a batch, or waiting for a word
         self._handed_back: dict[str, _Lane] = {}  # by batch id: ended, not yet taken
         self._idle: list[_Lane] = []  # their end was taken: waiting for the flow's word
-        self._futures: dict[str, PrefectFuture[Any]] = {}  # by lane id
         self._numbers = itertools.count(1)
         self._closed = False
 
@@ -116,9 +116,8 @@ class Lanes:
                 return
             lane = _Lane(str(next(self._numbers)), job)
             self._lanes[lane.lane_id] = lane
-        future = run_lane.submit(self.pool_id, lane.lane_id, self._ledger_url)
-        future.add_done_callback(lambda _future: self._lane_gone(lane))
-        self._futures[lane.lane_id] = future
+        lane.future = run_lane.submit(self.pool_id, lane.lane_id, self._ledger_url)
+        lane.future.add_done_callback(lambda _future: self._lane_gone(lane))
 
     def wait_ended(self, timeout: float) -> list[Ended]:
         """The batches that ended, waiting up to `timeout` seconds for the first."""
@@ -142,13 +141,14 @@ class Lanes:
             lane.mailbox.put(None)
 
     def settle(self) -> None:
-        """Release idle lanes and wait until every lane not running a batch has ended, so
-        that no slot is held while the flow waits for a person."""
+        """Release idle lanes and wait until they have ended (called with no batch in flight),
+        so that no slot is held while the flow waits for a person."""
         self.release_idle()
-        for future in list(self._futures.values()):
-            future.wait(timeout=SETTLE_SECONDS)
         with self._lock:
-            self._futures = {n: f for n, f in self._futures.items() if n in self._lanes}
+            alive = list(self._lanes.values())
+        for lane in alive:
+            if lane.future is not None:
+                lane.future.wait(timeout=SETTLE_SECONDS)
 
     # The lane's side.
 

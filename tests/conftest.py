@@ -128,6 +128,16 @@ def fast_timings(monkeypatch: pytest.MonkeyPatch, **settings: str) -> None:
         monkeypatch.setenv(f"POSTLEDGER_{name.upper()}", value)
 
 
+def ai_batch_slots_taken() -> int:
+    """`tag:ai-batch` slots counted as taken by the current Prefect API."""
+    from prefect import get_client
+
+    from flows.limits import tag_limit_name
+
+    with get_client(sync_client=True) as client:
+        return client.read_global_concurrency_limit_by_name(tag_limit_name()).active_slots
+
+
 def write_jsonl(path: Path, lines: list[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

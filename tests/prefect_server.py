@@ -28,14 +28,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from postledger.children import wait_answering
 
 # Where the tests' PostgreSQL is (same variable and default as tests/conftest.py).
 PG_ADMIN_URL = os.environ.get(
@@ -140,34 +139,13 @@ def running_prefect_server(
             start_new_session=True,  # its own process group: stopped as one at exit
         )
     try:
-        _wait_healthy(process, api_url, home, startup_timeout)
+        if problem := wait_answering(process, f"{api_url}/health", timeout=startup_timeout):
+            raise RuntimeError(
+                f"prefect server at {api_url} {problem}; its log:\n{server_log(home)}"
+            )
         yield api_url
     finally:
         _stop_group(process)
-
-
-def _wait_healthy(
-    process: subprocess.Popen[bytes], api_url: str, home: Path, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=2) as client:  # one TLS context for all the looks (~10 ms CPU each)
-        while True:
-            try:
-                if client.get(f"{api_url}/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"prefect server exited with {process.returncode} before it was healthy; "
-                    f"its log:\n{server_log(home)}"
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"prefect server at {api_url} not healthy after {timeout:.0f} s; "
-                    f"its log:\n{server_log(home)}"
-                )
-            time.sleep(0.25)
 
 
 def _stop_group(process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

@@ -20,7 +20,7 @@ from postledger.breaker import BreakerHeld, Signal, level_after, window
 from postledger.ledger import Ledger
 from postledger.models import Answer, BreakerLevel, PostStatus
 from postledger.posts import Post
-from tests.conftest import Sim, start_sim, write_jsonl
+from tests.conftest import Sim, ai_batch_slots_taken, start_sim, write_jsonl
 
 MONTH = "2026-10"
 L = BreakerLevel
@@ -179,13 +179,6 @@ def flow_run_state(flow_run_id: str) -> str:
     with get_client(sync_client=True) as client:
         state = client.read_flow_run(UUID(flow_run_id)).state
         return state.type.value if state else "NONE"
-
-
-def ai_batch_slots_taken() -> int:
-    from prefect import get_client
-
-    with get_client(sync_client=True) as client:
-        return client.read_global_concurrency_limit_by_name("tag:ai-batch").active_slots
 
 
 def postledger(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

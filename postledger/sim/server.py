@@ -7,14 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import httpx
 import uvicorn
 
-from postledger.children import stop_child
+from postledger.children import stop_child, wait_answering
 from postledger.sim.app import create_app
 from postledger.sim.faults import FaultPlan, Faults
 from postledger.sim.upstream import Upstream
@@ -116,14 +114,7 @@ def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
         process.kill()
         raise RuntimeError(f"the simulator did not start (it said {line!r})")
     url = line[len(READY_PREFIX) :].strip()
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=2) as client:  # one TLS context for all the looks
-        while True:
-            try:
-                client.get(f"{url}/_sim/stats").raise_for_status()
-                return url
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    process.kill()
-                    raise RuntimeError(f"the simulator at {url} did not answer") from None
-                time.sleep(0.05)
+    if problem := wait_answering(process, f"{url}/_sim/stats", timeout=timeout, interval=0.05):
+        process.kill()
+        raise RuntimeError(f"the simulator at {url} {problem}")
+    return url
