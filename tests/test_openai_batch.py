@@ -65,7 +65,9 @@ def test_rate_limit_exceeded_waits_then_completes(
     events = ledger.events(MONTH)
     waited = next(e for e in events if e.entity_id == "p000" and e.to_status == "waiting")
     released = next(e for e in events if e.entity_id == "p000" and e.why == "wait over")
-    assert released.at - waited.at >= timedelta(seconds=1.95)
+    # Counted from the moment the refusal was judged, a ledger write before the `waiting`
+    # event is stamped (as in test_openai_chat): allow that write a quarter of a second.
+    assert released.at - waited.at >= timedelta(seconds=1.75)
 
 
 @pytest.mark.parametrize(
