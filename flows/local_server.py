@@ -61,10 +61,18 @@ def _free_port() -> int:
         return port
 
 
+STARTUP_TIMEOUT_SETTING = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+DEFAULT_STARTUP_TIMEOUT = 60.0
+
+
 @contextmanager
-def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
+def local_prefect_server(startup_timeout: float | None = None) -> Iterator[str]:
     """Start the server, point this process's Prefect client at it, stop it afterwards.
-    Yields the API URL. Prefect's data lives under PREFECT_HOME as in ephemeral mode."""
+    Yields the API URL. Prefect's data lives under PREFECT_HOME as in ephemeral mode.
+    `startup_timeout`: by default Prefect's own setting for its ephemeral server,
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, where set, else 60 s."""
+    if startup_timeout is None:
+        startup_timeout = float(os.environ.get(STARTUP_TIMEOUT_SETTING) or DEFAULT_STARTUP_TIMEOUT)
     port = _free_port()
     env = {
         **os.environ,
@@ -97,7 +105,10 @@ def local_prefect_server(startup_timeout: float = 60.0) -> Iterator[str]:
     try:
         if problem := wait_answering(process, f"{api_url}/health", timeout=startup_timeout):
             process.kill()
-            raise RuntimeError(f"the local Prefect server {problem}")
+            raise RuntimeError(
+                f"the local Prefect server {problem} (on a slow or busy machine, set "
+                f"{STARTUP_TIMEOUT_SETTING} to wait longer)"
+            )
         os.environ.update({"PREFECT_API_URL": api_url, **CLIENT_SETTINGS})
         yield api_url
     finally:

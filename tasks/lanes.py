@@ -8,6 +8,10 @@ its next batch the moment the last one ends. When the flow has none (nothing run
 a pause, the end) it releases the lane at once, so a slot is never held idle and a paused run
 holds none.
 
+A new lane starts only after the lanes this flow released have ended: until a released lane's
+task run has ended, Prefect still counts its slot, and a new lane asking for one then would be
+answered 423 "retry after" the average time a slot is held, which for lanes is many seconds.
+
 A batch runs inside its lane's task run, so the slot covers its whole life: create, wait,
 validate, save. Its two HTTP calls are task runs of their own, named after it ("create
 2026-10-b0004", "wait 2026-10-b0004"); its log lines are in the lane's log. The tag limit
@@ -67,6 +71,7 @@ class _Lane:
         self.job: Job | None = job  # the batch it runs now; None once handed back
         self.mailbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.future: PrefectFuture[Any] | None = None  # its task run
+        self.released = False  # told to end: its slot goes back when its task run ends
 
 
 _POOLS: dict[str, Lanes] = {}
@@ -114,6 +119,9 @@ class Lanes:
                 lane.job = job
                 lane.mailbox.put(job)
                 return
+            leaving = [lane for lane in self._lanes.values() if lane.released]
+        self._wait_until_ended(leaving)  # their slots are back: ours will not wait on them
+        with self._lock:
             lane = _Lane(str(next(self._numbers)), job)
             self._lanes[lane.lane_id] = lane
         lane.future = run_lane.submit(self.pool_id, lane.lane_id, self._ledger_url)
@@ -138,6 +146,7 @@ class Lanes:
         with self._lock:
             idle, self._idle = self._idle, []
         for lane in idle:
+            lane.released = True
             lane.mailbox.put(None)
 
     def settle(self) -> None:
@@ -146,7 +155,11 @@ class Lanes:
         self.release_idle()
         with self._lock:
             alive = list(self._lanes.values())
-        for lane in alive:
+        self._wait_until_ended(alive)
+
+    @staticmethod
+    def _wait_until_ended(lanes: list[_Lane]) -> None:
+        for lane in lanes:
             if lane.future is not None:
                 lane.future.wait(timeout=SETTLE_SECONDS)
 
@@ -170,6 +183,7 @@ class Lanes:
         except queue.Empty:
             with self._lock:
                 if lane in self._idle or self._handed_back.get(ended.batch_id) is lane:
+                    lane.released = True
                     self._idle = [idle for idle in self._idle if idle is not lane]
                     self._handed_back.pop(ended.batch_id, None)
                     return None

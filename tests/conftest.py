@@ -26,6 +26,9 @@ os.environ.update(
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_HOME": _PREFECT_HOME,
         "PREFECT_LOGGING_LEVEL": "WARNING",
+        # `postledger run`'s local server, started by many tests' subprocesses at once on two
+        # busy cores, has been seen to need more than its default 60 s.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
 )
 for _name in list(os.environ):
