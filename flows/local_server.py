@@ -65,14 +65,28 @@ STARTUP_TIMEOUT_SETTING = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 DEFAULT_STARTUP_TIMEOUT = 60.0
 
 
+def _startup_timeout_from_environment() -> float:
+    # From the environment, not Prefect's settings: Prefect reads PREFECT_API_URL once, when
+    # it is first imported, so nothing imports it before this server is up.
+    value = os.environ.get(STARTUP_TIMEOUT_SETTING)
+    if not value:
+        return DEFAULT_STARTUP_TIMEOUT
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(
+            f"{STARTUP_TIMEOUT_SETTING}={value!r} is not a number of seconds: set it to e.g. 180"
+        ) from None
+
+
 @contextmanager
 def local_prefect_server(startup_timeout: float | None = None) -> Iterator[str]:
     """Start the server, point this process's Prefect client at it, stop it afterwards.
     Yields the API URL. Prefect's data lives under PREFECT_HOME as in ephemeral mode.
-    `startup_timeout`: by default Prefect's own setting for its ephemeral server,
-    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, where set, else 60 s."""
+    `startup_timeout`: by default Prefect's own setting for its ephemeral server where set,
+    else 60 s."""
     if startup_timeout is None:
-        startup_timeout = float(os.environ.get(STARTUP_TIMEOUT_SETTING) or DEFAULT_STARTUP_TIMEOUT)
+        startup_timeout = _startup_timeout_from_environment()
     port = _free_port()
     env = {
         **os.environ,

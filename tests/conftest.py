@@ -37,10 +37,12 @@ for _name in list(os.environ):
     ):
         del os.environ[_name]
 
-from collections.abc import Iterator  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+from uuid import UUID  # noqa: E402
 
 import httpx  # noqa: E402
 import pytest  # noqa: E402
@@ -139,6 +141,25 @@ def ai_batch_slots_taken() -> int:
 
     with get_client(sync_client=True) as client:
         return client.read_global_concurrency_limit_by_name(tag_limit_name()).active_slots
+
+
+def task_runs_of(
+    flow_run_id: UUID, ready: Callable[[list[Any]], bool], timeout: float = 30.0
+) -> list[Any]:
+    """A flow run's task runs, once `ready` says they are all there: task runs reach the API
+    through events, a little after the flow run itself ended."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_task_runs(flow_run_filter=flow_run)
+            if ready(runs):
+                return runs
+            assert time.monotonic() < deadline, [run.name for run in runs]
+            time.sleep(0.2)
 
 
 def write_jsonl(path: Path, lines: list[str]) -> Path:

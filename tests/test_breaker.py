@@ -20,7 +20,7 @@ from postledger.breaker import BreakerHeld, Signal, level_after, window
 from postledger.ledger import Ledger
 from postledger.models import Answer, BreakerLevel, PostStatus
 from postledger.posts import Post
-from tests.conftest import Sim, ai_batch_slots_taken, start_sim, write_jsonl
+from tests.conftest import Sim, ai_batch_slots_taken, start_sim, task_runs_of, write_jsonl
 
 MONTH = "2026-10"
 L = BreakerLevel
@@ -114,22 +114,17 @@ def peak_in_flight(charges: list[dict[str, Any]], since: datetime, until: dateti
 
 
 def lane_runs(flow_run_id: UUID) -> list[Any]:
-    """The flow run's `ai-batch lane` task runs, once all have ended (task runs reach the API
-    through events, a little after the flow run ended)."""
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    """The flow run's `ai-batch lane` task runs, once all have ended."""
 
-    flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    def lanes(runs: list[Any]) -> list[Any]:
+        return [run for run in runs if run.name.startswith("ai-batch lane")]
 
-    def ended_lanes() -> list[Any]:
-        with get_client(sync_client=True) as client:
-            runs = client.read_task_runs(flow_run_filter=flow_run)
-        lanes = [run for run in runs if run.name.startswith("ai-batch lane")]
-        return lanes if lanes and all(run.end_time for run in lanes) else []
+    def all_ended(runs: list[Any]) -> bool:
+        return bool(lanes(runs)) and all(run.end_time for run in lanes(runs))
 
-    first = wait_for("the lanes' task runs", ended_lanes)
-    time.sleep(0.5)
-    return wait_for("the lanes' task runs, again", ended_lanes) or first
+    task_runs_of(flow_run_id, all_ended)
+    time.sleep(0.5)  # and a lane whose events came in last
+    return lanes(task_runs_of(flow_run_id, all_ended))
 
 
 def assert_back_to_two(flow_run_id: UUID, closed: datetime, charges: list[dict[str, Any]]) -> None:

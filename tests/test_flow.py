@@ -3,7 +3,6 @@ a real SQLite ledger. The evidence is the ledger and the simulator's own charge 
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from postledger.ledger import Ledger
 from postledger.models import BatchStatus, PostStatus
 from postledger.posts import load_posts
 from postledger.sim.model import analyse
-from tests.conftest import REPO, Sim, ai_batch_slots_taken
+from tests.conftest import REPO, Sim, ai_batch_slots_taken, task_runs_of
 
 SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
 
@@ -158,9 +157,6 @@ def test_month_on_a_postgresql_ledger(
 def test_batches_run_in_two_lanes_that_keep_their_slots_and_give_them_back(
     prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
     from flows.monthly import monthly_posts
 
     monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "5")
@@ -174,16 +170,12 @@ def test_batches_run_in_two_lanes_that_keep_their_slots_and_give_them_back(
     assert ledger.counts("2026-07")[PostStatus.COMPLETED] == 40
     assert len(sim.charges()) == 8
 
-    flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
-    with get_client(sync_client=True) as client:
-        # Task runs reach the API through events: wait until all sixteen HTTP calls are there.
-        deadline = time.monotonic() + 30
-        while True:
-            names = [t.name for t in client.read_task_runs(flow_run_filter=flow_run)]
-            if sum(n.startswith(("create ", "wait ")) for n in names) == 16:
-                break
-            assert time.monotonic() < deadline, names
-            time.sleep(0.2)
+    # All sixteen HTTP calls are task runs of their own.
+    runs = task_runs_of(
+        state.state_details.flow_run_id,
+        lambda runs: sum(run.name.startswith(("create ", "wait ")) for run in runs) == 16,
+    )
+    names = [run.name for run in runs]
     # Eight batches, always one ready when a lane's batch ended: two lanes, two slots taken
     # once each instead of eight times ...
     assert sorted(n for n in names if n.startswith("ai-batch lane")) == [
