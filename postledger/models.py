@@ -143,9 +143,15 @@ class PostRecord(SQLModel, table=True):
     # Business attempts (R15, R16): submissions that contained this post and may have been
     # charged. A submission the upstream certainly never took is given back.
     attempts: int = 0
+    # Paid attempts a person allowed beyond max_attempts (`postledger retry`): the cap is
+    # max_attempts + extra_attempts, kept here so that it survives every restart (R15).
+    extra_attempts: int = 0
     # Business retries that cost nothing (a rate limit, a request that never arrived): bounded
     # too, so that a post cannot bounce forever.
     requeues: int = 0
+    # The post was in a batch whose whole output was unusable and was split (R12): it is never
+    # split again, whatever batch it is planned into later (one split per lineage).
+    split: bool = False
     batch_id: str | None = Field(default=None, index=True)
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     failure_kind: FailureKind | None = None
@@ -167,6 +173,9 @@ class BatchRecord(SQLModel, table=True):
     # [[post id, text], ...] as first sent: every send under this key sends exactly this.
     request: list[list[str]] | None = Field(default=None, sa_column=Column(JSON))
     status: BatchStatus = Field(default=BatchStatus.QUEUED, index=True)
+    # The breaker name of the upstream it was sent to (set when it is marked running): in probe,
+    # one batch per upstream may be running across every month and run (R18).
+    upstream: str | None = None
     # Set on the halves of a batch whose whole output was unusable (R12): they are not split again.
     split_from: str | None = None
     # Sent with the create call so that an upstream that honours it never charges twice.
@@ -179,6 +188,9 @@ class BatchRecord(SQLModel, table=True):
     usage: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     # Request-layer retries (R16): counted here, never as business attempts.
     request_retries: int = 0
+    # Retries a gateway between us and the upstream reported making on its own (LiteLLM's
+    # x-litellm-attempted-retries): each may have been charged, so each is a possible charge.
+    gateway_retries: int = 0
     failure_kind: FailureKind | None = None
     failure_reason: str | None = Field(default=None, sa_column=Column(Text))
     created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
@@ -296,3 +308,15 @@ class MonthRunRecord(SQLModel, table=True):
     host: str
     pid: int
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class SpillImportRecord(SQLModel, table=True):
+    """A spill record taken into the ledger (R20), by its id: importing a spill file twice, or
+    two runs importing at once, takes each fact in once."""
+
+    __tablename__ = "spill_imports"
+
+    record_id: str = Field(primary_key=True)
+    batch_id: str
+    kind: str
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())

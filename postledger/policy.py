@@ -39,6 +39,9 @@ class Failure:
     reason: str
     reach: Reach = Reach.MAYBE
     retry_after: float | None = None
+    # The request could not be made as configured (a wrong base URL, no upstream): nothing was
+    # charged, the posts wait for the fix, and the run stops with what to change.
+    misconfigured: bool = False
 
 
 @dataclass(frozen=True)

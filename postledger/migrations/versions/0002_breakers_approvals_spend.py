@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from postledger.migrations.enums import add_labels, create_enums, drop_enums, enum
+from postledger.migrations.helpers import missing
 
 revision = "0002"
 down_revision = "0001"
@@ -32,32 +33,23 @@ def _when(name: str, nullable: bool = False) -> sa.Column[datetime]:
     return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
 
 
-def _missing(table: str, column: str | None = None) -> bool:
-    """Ledgers made while these tables were being written (between the releases of issues 4
-    and 6) hold some of them already: only what is missing is made."""
-    inspector = sa.inspect(op.get_bind())
-    if table not in inspector.get_table_names():
-        return True
-    return column is not None and column not in {c["name"] for c in inspector.get_columns(table)}
-
-
 def upgrade() -> None:
     add_labels("failurekind", "INPUT_CHANGED")
     create_enums(ENUMS)
     level = enum("breakerlevel", *ENUMS["breakerlevel"])
-    if _missing("approvals"):
+    if missing("approvals"):
         _approvals()
-    if _missing("breaker_events"):
+    if missing("breaker_events"):
         _breaker_events(level)
-    if _missing("breakers"):
+    if missing("breakers"):
         _breakers(level)
-    if _missing("month_runs"):
+    if missing("month_runs"):
         _month_runs()
-    if _missing("spend"):
+    if missing("spend"):
         _spend()
-    if _missing("batches", "request"):
+    if missing("batches", "request"):
         op.add_column("batches", sa.Column("request", sa.JSON(), nullable=True))
-    if _missing("posts", "inputs"):
+    if missing("posts", "inputs"):
         op.add_column("posts", sa.Column("inputs", sa.JSON(), nullable=True))
 
 
