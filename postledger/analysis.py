@@ -83,7 +83,7 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
             invalid[item_id] = f"the upstream failed this post: {item['error']}"
             continue
         try:
-            valid[item_id] = Analysis.model_validate(item)
+            valid[item_id] = Analysis.model_validate({**item, "id": item_id})
         except ValidationError as exc:
             invalid[item_id] = "invalid item: " + _first_error(exc)
     for post_id in post_ids:
@@ -93,7 +93,11 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
 
 
 def _item_id(item: Any) -> str | None:
+    """The post an item answers for, as a string: ids are strings end to end, and a model may
+    echo the post "1" as the number 1. A boolean is no id, even though Python counts it an int."""
     value = item.get("id") if isinstance(item, dict) else None
+    if type(value) is int:
+        return str(value)
     return value if isinstance(value, str) else None
 
 

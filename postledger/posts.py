@@ -122,7 +122,7 @@ def load_posts(path: Path) -> list[Post]:
     posts: list[Post] = []
     problems: list[Problem] = []
     first_seen: dict[str, int] = {}
-    for number, raw in enumerate(content.splitlines(), start=1):
+    for number, raw in enumerate(_lines(content), start=1):
         if not raw.strip():
             continue  # blank lines separate nothing in JSONL, but they hurt no one either
         post = _parse_line(raw, number, problems)
@@ -132,7 +132,7 @@ def load_posts(path: Path) -> list[Post]:
             problems.append(
                 Problem(
                     number,
-                    f"duplicate id {post.id!r} (first on line {first_seen[post.id]})",
+                    f"duplicate id {_as_json(post.id)} (first on line {first_seen[post.id]})",
                     "give every post its own id",
                 )
             )
@@ -147,55 +147,128 @@ def load_posts(path: Path) -> list[Post]:
     return posts
 
 
+def _lines(content: str) -> list[str]:
+    """The file's lines as JSONL means them: `str.splitlines` would also break at U+2028,
+    U+0085, form feeds and other characters a JSON string may hold unescaped."""
+    return [line.removesuffix("\r") for line in content.split("\n")]
+
+
+NUL = "\x00"
+AN_OBJECT = 'write one JSON object per line, e.g. {"id": "p1", "text": "…"}'
+
+
 def _parse_line(raw: str, number: int, problems: list[Problem]) -> Post | None:
+    item = _decode(raw, number, problems)
+    if item is None:
+        return None
+    post_id = _check_id(item, number, problems)
+    text = _check_text(item, number, problems)
+    if post_id is None or text is None:
+        return None
+    return Post(id=post_id, text=text, line=number)
+
+
+def _decode(raw: str, number: int, problems: list[Problem]) -> dict[str, object] | None:
     try:
         item = json.loads(raw)
     except json.JSONDecodeError as exc:
+        what = f"malformed JSON at column {exc.colno}: {_json_reason(exc.msg)}"
+        problems.append(Problem(number, what, AN_OBJECT))
+        return None
+    except ValueError:  # json reads at most 4300 digits of an integer
         problems.append(
-            Problem(
-                number,
-                f"malformed JSON ({exc.msg} at column {exc.colno})",
-                'write one JSON object per line, e.g. {"id": "p1", "text": "…"}',
-            )
+            Problem(number, "unreadable JSON: a number with too many digits", AN_OBJECT)
         )
+        return None
+    except RecursionError:
+        problems.append(Problem(number, "JSON nested too deeply to read", AN_OBJECT))
         return None
     if not isinstance(item, dict):
-        problems.append(
-            Problem(
-                number,
-                f"a JSON {type(item).__name__} instead of an object",
-                'write one JSON object per line, e.g. {"id": "p1", "text": "…"}',
-            )
-        )
+        what = f"a JSON {_json_type(item)} instead of an object"
+        problems.append(Problem(number, what, AN_OBJECT))
         return None
+    return item
 
-    post_id = item.get("id")
-    if isinstance(post_id, int) and not isinstance(post_id, bool):
-        post_id = str(post_id)
-    text = item.get("text")
-    ok = True
-    if post_id is None:
+
+def _json_reason(msg: str) -> str:
+    """json's own words, minus the trailing "at" some of them end in (they expect a position
+    after them, which the message gives first)."""
+    reason = msg.removesuffix(" at").removesuffix(" starting")
+    return reason[:1].lower() + reason[1:]
+
+
+def _json_type(value: object) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), "null")
+
+
+def _check_id(item: dict[str, object], number: int, problems: list[Problem]) -> str | None:
+    if "id" not in item:
         problems.append(Problem(number, 'missing "id"', 'add "id": a unique, non-empty string'))
-        ok = False
-    elif not isinstance(post_id, str) or not post_id.strip():
-        problems.append(
-            Problem(number, f'"id" is {post_id!r}', '"id" must be a non-empty string or integer')
-        )
-        ok = False
-    if text is None:
-        problems.append(Problem(number, 'missing "text"', 'add "text": the post itself'))
-        ok = False
-    elif not isinstance(text, str) or not text.strip():
-        problems.append(
-            Problem(number, f'"text" is {_short(text)}', '"text" must be a non-empty string')
-        )
-        ok = False
-    if not ok:
         return None
-    assert isinstance(post_id, str) and isinstance(text, str)
-    return Post(id=post_id.strip(), text=text, line=number)
+    value = item["id"]
+    if type(value) is int:  # a bool is an int to Python, but not an id
+        return str(value)
+    if not isinstance(value, str) or not value.strip():
+        fix = '"id" must be a non-empty string or integer'
+        problems.append(Problem(number, f'"id" is {_short(value)}', fix))
+        return None
+    if value != value.strip():
+        what = f'"id" is {_short(value)}, with spaces around it'
+        fix = "remove the spaces around the id: the report gives back the id exactly as written"
+        problems.append(Problem(number, what, fix))
+        return None
+    return value if _storable("id", value, number, problems) else None
+
+
+def _check_text(item: dict[str, object], number: int, problems: list[Problem]) -> str | None:
+    if "text" not in item:
+        problems.append(Problem(number, 'missing "text"', 'add "text": the post itself'))
+        return None
+    value = item["text"]
+    if not isinstance(value, str) or not value.strip():
+        fix = '"text" must be a non-empty string'
+        problems.append(Problem(number, f'"text" is {_short(value)}', fix))
+        return None
+    return value if _storable("text", value, number, problems) else None
+
+
+def _storable(field: str, value: str, number: int, problems: list[Problem]) -> bool:
+    """Whether the ledger can keep `value`: UTF-8 has no lone surrogates, and PostgreSQL's
+    text holds no NUL. Refused here, the whole file is refused before anything is written."""
+    if NUL in value:
+        what = f'"{field}" holds a NUL character (\\u0000) at character {value.index(NUL) + 1}'
+        fix = "remove it: the ledger cannot store it"
+        problems.append(Problem(number, what, fix))
+        return False
+    lone = _lone_surrogate(value)
+    if lone is not None:
+        at, code = lone
+        what = f'"{field}" holds a lone surrogate (\\u{code:04x}) at character {at + 1}'
+        fix = (
+            "a \\uD800-\\uDFFF escape must come in a high-low pair: write the character "
+            "itself, or fix or remove the escape"
+        )
+        problems.append(Problem(number, what, fix))
+        return False
+    return True
+
+
+def _lone_surrogate(value: str) -> tuple[int, int] | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start, ord(value[exc.start])
+    return None
+
+
+def _as_json(value: object) -> str:
+    """`value` as it would be written in the file, readable (not ASCII-escaped) when it can be
+    printed at all."""
+    shown = json.dumps(value, ensure_ascii=False)
+    return shown if _lone_surrogate(shown) is None else json.dumps(value)
 
 
 def _short(value: object) -> str:
-    shown = repr(value)
+    shown = _as_json(value)
     return shown if len(shown) <= 40 else shown[:37] + "…"
