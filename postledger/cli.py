@@ -10,13 +10,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
 from postledger.posts import InputError, parse_month
 from postledger.settings import Settings
+
+if TYPE_CHECKING:
+    from postledger.models import Question
 
 app = typer.Typer(
     help="Send a month of posts to a paid AI service in batches, with a ledger that never loses "
@@ -191,7 +194,12 @@ def approve(
     month: MonthOption,
     note: Annotated[str, typer.Option(help="Why: kept in the ledger with the answer.")] = "",
     stop: Annotated[
-        bool, typer.Option("--stop", help="Refuse: the run ends and the breaker stays open.")
+        bool,
+        typer.Option(
+            "--stop",
+            help="Refuse whatever waits: the run ends, an open breaker stays open, interrupted "
+            "batches are neither polled nor sent again.",
+        ),
     ] = False,
     poll: Annotated[
         bool, typer.Option("--poll", help="Interrupted batches: yes, poll their known tasks.")
@@ -207,10 +215,12 @@ def approve(
 ) -> None:
     """Answer MONTH's paused run, as its Resume form in the Prefect UI would.
 
-    An open circuit breaker: continue (the breaker goes to probe, one batch at a time first)
-    or --stop. Interrupted batches: --poll and/or --resubmit say yes; what is not said is no.
-    The answer is recorded in the ledger first; then the paused run, if one waits, is resumed
-    with it. With no paused run, the answer counts for the next run."""
+    An open circuit breaker or the month's budget: continue (past the budget; or the breaker
+    goes to probe, one batch at a time first) or --stop. Interrupted batches: --poll and/or
+    --resubmit say yes; what is not said is no; --stop says no to both. An answer that does not
+    fit the question that waits is refused, and nothing is recorded. The answer is recorded
+    in the ledger first; then the paused run, if one waits, is resumed with it. With no paused
+    run, the answer counts for the next run."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from postledger.ledger import Ledger
     from postledger.models import Answer, BreakerLevel, Question
@@ -218,6 +228,11 @@ def approve(
     from postledger.recovery import recovery_plan
 
     month = _month(month)
+    if stop and (poll or resubmit):
+        _refuse(
+            "--stop says no and cannot go with --poll or --resubmit: give `postledger approve "
+            f"--month {month} --stop` alone to refuse, or --poll and/or --resubmit to say yes."
+        )
     settings = Settings()
     looked = open_read_only(settings)  # a folder with no ledger gets none made for it
     if looked is None:
@@ -228,6 +243,15 @@ def approve(
     question = ledger.approvals.waiting(month)
     upstream = question.upstream if question else settings.breaker_name()
     plan = recovery_plan(ledger, month, settings)
+    breaker_open = ledger.approvals.breaker(upstream).level is BreakerLevel.OPEN
+    wrong: str | None = None
+    if question is not None:
+        wrong = _wrong_question(question.kind, month, upstream, yes=poll or resubmit, stop=stop)
+    elif (poll or resubmit) and not plan.needs_yes and breaker_open:
+        wrong = _no_batch_needs_a_yes(month, upstream)
+    if wrong is not None:
+        ledger.close()
+        _refuse(wrong)
     run_input: dict[str, object]
     if (question and question.kind is Question.RECOVERY) or (
         question is None and (poll or resubmit) and plan.needs_yes
@@ -284,6 +308,65 @@ def approve(
         else:
             out.print(f"resumed flow run {question.flow_run_id}.")
     ledger.close()
+
+
+def _refuse(message: str) -> NoReturn:
+    """An answer that does not fit: nothing is recorded, and the message says what would."""
+    err.print(message, soft_wrap=True, markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _wrong_question(
+    kind: Question, month: str, upstream: str, *, yes: bool, stop: bool
+) -> str | None:
+    """Why this answer is not one to the question that waits, or None if it is one: --poll and
+    --resubmit answer interrupted batches only; a plain approve answers the breaker or the
+    budget only; --stop refuses any of them."""
+    from postledger.models import Question
+
+    fits = kind is Question.RECOVERY if yes else (stop or kind is not Question.RECOVERY)
+    if fits:
+        return None
+    about = {
+        Question.BREAKER: f"the open circuit breaker of {upstream}",
+        Question.BUDGET: "its budget",
+        Question.RECOVERY: "interrupted batches",
+    }[kind]
+    given = "interrupted batches" if yes else "the breaker or the budget"
+    return (
+        f"The run of {month} waits for an answer about {about}, not about {given}: "
+        f"{_how_to_answer(kind, month)}. Nothing was recorded."
+    )
+
+
+def _no_batch_needs_a_yes(month: str, upstream: str) -> str:
+    """With no question waiting, a yes to interrupted batches when none needs one must not be
+    taken for a yes to the open breaker."""
+    from postledger.models import Question
+
+    return (
+        f"No interrupted batch of {month} needs a yes; what waits is the open circuit breaker "
+        f"of {upstream}: {_how_to_answer(Question.BREAKER, month)}. Nothing was recorded."
+    )
+
+
+def _how_to_answer(kind: Question, month: str) -> str:
+    from postledger.models import Question
+
+    command = f"`postledger approve --month {month}"
+    if kind is Question.RECOVERY:
+        return (
+            f"answer it with {command} --poll` to poll their known tasks (free), "
+            f"{command} --resubmit` to send again those with no task id (they may be charged "
+            f"twice; `postledger plan --month {month}` shows how much), both flags for both, "
+            f"or {command} --stop` for neither"
+        )
+    if kind is Question.BUDGET:
+        return f"answer it with {command}` to go on past the budget, or {command} --stop`"
+    return (
+        f"answer it with {command}` to let the breaker probe (one batch at a time first), "
+        f"or {command} --stop` to leave it open"
+    )
 
 
 @app.command("plan")

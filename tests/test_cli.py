@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from postledger.breaker import Signal
+from postledger.ledger import Ledger
+from postledger.models import Answer, BreakerLevel, Question
 from tests.conftest import REPO, write_jsonl
 
 SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
@@ -151,4 +154,165 @@ def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> Non
     assert "tag:ai-batch = 2 (left as it was; asked for 3)" in again.stdout
     ledger = Ledger(url, read_only=True)
     assert ledger.schema_revision() == head_revision()
+    ledger.close()
+
+
+# --- approve answers the question that waits, and only that one ------------------------------
+
+MONTH = "2026-10"
+
+
+def ledger_here(cwd: Path) -> Ledger:
+    (cwd / ".postledger").mkdir(exist_ok=True)
+    return Ledger(f"sqlite:///{cwd / '.postledger' / 'ledger.db'}")
+
+
+def waiting_question(cwd: Path, kind: Question, *, open_breaker: bool = False) -> int:
+    """A run of MONTH paused on a question of `kind` (no flow run: the answer is only recorded)."""
+    ledger = ledger_here(cwd)
+    if open_breaker:
+        for n in (1, 2):
+            ledger.approvals.signal("simulator", Signal.TRANSPORT_FAILURE, f"b{n}", month=MONTH)
+    asked = ledger.approvals.ask(
+        MONTH,
+        "simulator",
+        f"a {kind} question",
+        flow_run_id=None,
+        prefect_api_url=None,
+        kind=kind,
+        batch_ids=["b1"] if kind is Question.RECOVERY else None,
+    )
+    ledger.close()
+    assert asked.id is not None
+    return asked.id
+
+
+def approvals_state(cwd: Path) -> tuple[object, ...]:
+    """Everything an answer could change: the questions, the breaker and its events."""
+    ledger = ledger_here(cwd)
+    questions = [
+        (q.id, q.kind, q.answer, q.poll, q.resubmit) for q in ledger.approvals.approvals(MONTH)
+    ]
+    state = (
+        questions,
+        ledger.approvals.breaker("simulator").level,
+        len(ledger.approvals.history(limit=1000)),
+    )
+    ledger.close()
+    return state
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def assert_refused_and_nothing_recorded(
+    cwd: Path, question_id: int, before: tuple[object, ...], *args: str
+) -> str:
+    result = postledger("approve", "--month", MONTH, *args, cwd=cwd)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert approvals_state(cwd) == before
+    ledger = ledger_here(cwd)
+    still = ledger.approvals.waiting(MONTH)
+    ledger.close()
+    assert still is not None and still.id == question_id and still.answer is None
+    return one_line(result.stderr)
+
+
+def test_approve_poll_does_not_answer_a_budget_question(tmp_path: Path) -> None:
+    asked = waiting_question(tmp_path, Question.BUDGET)
+    before = approvals_state(tmp_path)
+    message = assert_refused_and_nothing_recorded(tmp_path, asked, before, "--poll")
+    assert (
+        "The run of 2026-10 waits for an answer about its budget, not about interrupted "
+        "batches: answer it with `postledger approve --month 2026-10` to go on past the "
+        "budget, or `postledger approve --month 2026-10 --stop`."
+    ) in message
+
+
+def test_approve_resubmit_does_not_answer_the_breaker_question(tmp_path: Path) -> None:
+    asked = waiting_question(tmp_path, Question.BREAKER, open_breaker=True)
+    before = approvals_state(tmp_path)
+    assert before[1] is BreakerLevel.OPEN
+    message = assert_refused_and_nothing_recorded(tmp_path, asked, before, "--resubmit")
+    assert (
+        "The run of 2026-10 waits for an answer about the open circuit breaker of simulator, "
+        "not about interrupted batches: answer it with `postledger approve --month 2026-10` "
+        "to let the breaker probe"
+    ) in message
+    assert "`postledger approve --month 2026-10 --stop`" in message
+
+
+def test_plain_approve_does_not_answer_a_question_about_interrupted_batches(
+    tmp_path: Path,
+) -> None:
+    asked = waiting_question(tmp_path, Question.RECOVERY)
+    before = approvals_state(tmp_path)
+    message = assert_refused_and_nothing_recorded(tmp_path, asked, before)
+    assert (
+        "The run of 2026-10 waits for an answer about interrupted batches, not about the "
+        "breaker or the budget: answer it with `postledger approve --month 2026-10 --poll`"
+    ) in message
+    assert "`postledger approve --month 2026-10 --resubmit`" in message
+    assert "`postledger approve --month 2026-10 --stop`" in message
+
+
+def test_approve_stop_with_a_yes_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    asked = waiting_question(tmp_path, Question.RECOVERY)
+    before = approvals_state(tmp_path)
+    message = assert_refused_and_nothing_recorded(tmp_path, asked, before, "--stop", "--poll")
+    assert "--stop says no and cannot go with --poll or --resubmit" in message
+
+
+def test_approve_poll_with_no_batch_to_poll_does_not_answer_the_open_breaker(
+    tmp_path: Path,
+) -> None:
+    waiting_question(tmp_path, Question.BREAKER, open_breaker=True)
+    ledger = ledger_here(tmp_path)
+    ledger.approvals.answer(MONTH, "simulator", Answer.TIMED_OUT, note="", by="test")
+    ledger.close()  # no question waits now, and the breaker is still open
+    before = approvals_state(tmp_path)
+    result = postledger("approve", "--month", MONTH, "--poll", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert approvals_state(tmp_path) == before
+    assert "No interrupted batch of 2026-10 needs a yes" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "said", "answer"),
+    [
+        (Question.BUDGET, (), "recorded: continue past 2026-10's budget.", Answer.CONTINUE),
+        (Question.BUDGET, ("--stop",), "recorded: stop past 2026-10's budget.", Answer.STOP),
+        (
+            Question.BREAKER,
+            (),
+            "recorded: continue for 2026-10; the breaker of simulator is probe.",
+            Answer.CONTINUE,
+        ),
+        (
+            Question.RECOVERY,
+            ("--poll",),
+            "recorded for 2026-10's interrupted batches: poll yes, resubmit no.",
+            Answer.CONTINUE,
+        ),
+        (
+            Question.RECOVERY,
+            ("--stop",),
+            "recorded for 2026-10's interrupted batches: poll no, resubmit no.",
+            Answer.STOP,
+        ),
+    ],
+)
+def test_approve_still_answers_the_question_it_names(
+    tmp_path: Path, kind: Question, args: tuple[str, ...], said: str, answer: Answer
+) -> None:
+    asked = waiting_question(tmp_path, kind, open_breaker=kind is Question.BREAKER)
+    result = postledger("approve", "--month", MONTH, *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert said in one_line(result.stdout)
+    ledger = ledger_here(tmp_path)
+    (record,) = [q for q in ledger.approvals.approvals(MONTH) if q.id == asked]
+    assert record.answer is answer and record.answered_by == "postledger approve"
+    assert ledger.approvals.waiting(MONTH) is None
     ledger.close()
