@@ -10,16 +10,30 @@ Measured: two `ai-batch` slots kept busy only 30–40 % of the time. Opening eve
 write transaction with BEGIN IMMEDIATE, as Prefect's own SQLite notes recommend
 (`prefect/server/database/configurations.py`, `setup_sqlite`), makes such a writer queue on
 the busy timeout instead. Reads are unchanged; PostgreSQL servers are not involved.
+
+One local server per PREFECT_HOME at a time. Each server keeps its concurrency leases in its
+own memory, while the `ai-batch` limit's count of taken slots lives in the shared database. A
+second local server on the same database would see the first one's slots taken without any
+lease it knows, take them for slots leaked by a killed run, free them (flows/slots.py), and let
+twice the limit's batches fly. So the server is started only while this process holds an
+exclusive lock on a file in PREFECT_HOME (`fcntl.flock`); a second run there is refused at once,
+told who holds it and what to do. The kernel drops the lock when its holder dies, however it
+dies, so a crashed run never blocks the next one.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from postledger.children import stop_child, wait_answering
@@ -27,6 +41,7 @@ from postledger.children import stop_child, wait_answering
 
 def create_app() -> Any:
     """uvicorn factory: Prefect's server app, with SQLite writes opened IMMEDIATE."""
+    _check_home()
     from prefect.server.api.server import create_app as prefect_app
     from prefect.server.database.configurations import AioSqliteConfiguration
 
@@ -37,7 +52,7 @@ def create_app() -> Any:
     ) -> AbstractAsyncContextManager[AsyncIterator[Any]]:
         return original(self, session, with_for_update=True)  # type: ignore[return-value]
 
-    AioSqliteConfiguration.begin_transaction = begin_immediately  # type: ignore[method-assign]
+    AioSqliteConfiguration.begin_transaction = begin_immediately  # type: ignore[method-assign,assignment]
     return prefect_app(ephemeral=True, final=True)
 
 
@@ -52,6 +67,124 @@ CLIENT_SETTINGS = {
     "PREFECT_LOGGING_TO_API_ENABLED": "false",
     LOCAL_SERVER_FLAG: "1",
 }
+
+
+# The file whose lock makes a local server the only one on its PREFECT_HOME's database.
+LOCK_FILE_NAME = "postledger-local-server.lock"
+# Tells the server child which PREFECT_HOME its parent locked (see `_check_home`).
+_LOCKED_HOME = "POSTLEDGER_LOCAL_SERVER_HOME"
+
+
+class LocalServerBusy(SystemExit):
+    """Another process runs a local Prefect server on this PREFECT_HOME.
+
+    A SystemExit carrying its message, as `sys.exit(message)` makes: nothing can go on without
+    the server, and a command that does not catch it (`postledger setup`) then ends with exit
+    code 1 and the plain message on stderr, not a traceback. `postledger run` catches it to
+    print it its own way."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def prefect_home() -> Path:
+    """PREFECT_HOME as Prefect resolves it from the environment. Read here, not from Prefect's
+    settings: nothing may import Prefect before the server is up (see
+    `_startup_timeout_from_environment`). The server child checks that it agrees."""
+    return Path(os.environ.get("PREFECT_HOME") or "~/.prefect").expanduser().resolve()
+
+
+def _check_home() -> None:
+    # PREFECT_HOME may also come from a `.env` or `prefect.toml` in the working folder, which
+    # the parent does not read: a server whose database is not under the locked folder would
+    # be unprotected, so it refuses to start rather than guess.
+    locked = os.environ.get(_LOCKED_HOME)
+    if not locked:
+        return
+    from prefect.settings import get_current_settings
+
+    home = Path(get_current_settings().home).expanduser().resolve()
+    if home != Path(locked):
+        raise RuntimeError(
+            f"Prefect's settings put PREFECT_HOME at {home}, but postledger locked {locked} "
+            "(PREFECT_HOME in the environment, else ~/.prefect) so that one local server at a "
+            f"time uses it; a .env or prefect.toml file in {Path.cwd()}? Set PREFECT_HOME in "
+            "the environment instead"
+        )
+
+
+# The PREFECT_HOME whose local-server lock this process holds, while it holds it.
+_held: Path | None = None
+
+
+def holds_local_server() -> bool:
+    """True while this process runs the only local Prefect server on its PREFECT_HOME: then
+    every slot its database counts was taken through this server, and a slot without a lease
+    here is one no live run holds."""
+    return _held is not None
+
+
+@contextmanager
+def _only_server_on(home: Path, what: str) -> Iterator[None]:
+    """Hold PREFECT_HOME's local-server lock, or raise LocalServerBusy at once."""
+    global _held
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / LOCK_FILE_NAME
+    # Never deleted: a process could otherwise lock a file another has just replaced. The fd
+    # is not inherited (Python's default, and Popen closes it anyway): an orphaned server
+    # child of a killed run must not keep the lock.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LocalServerBusy(_busy_message(home, fd)) from None
+        holder = {
+            "pid": os.getpid(),
+            "since": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": what,
+            "cwd": str(Path.cwd()),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        _held = home
+        try:
+            yield
+        finally:
+            _held = None
+            os.ftruncate(fd, 0)  # still locked: nobody reads a holder that is gone
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _busy_message(home: Path, fd: int) -> str:
+    holder: dict[str, Any] = {}
+    # The holder writes who it is just after it takes the lock: look again for a moment.
+    for _ in range(10):
+        try:
+            holder = json.loads(os.pread(fd, 1 << 16, 0) or b"{}")
+        except ValueError:
+            holder = {}
+        if holder:
+            break
+        time.sleep(0.05)
+    who = (
+        f"process {holder.get('pid')} (`{holder.get('command')}`, in {holder.get('cwd')}) "
+        f"since {holder.get('since')}"
+        if holder
+        else "a process that has not yet written who it is"
+    )
+    return (
+        f"Another postledger process runs the local Prefect server of this Prefect home "
+        f"({home}): {who}. A second local server on the same Prefect database would take that "
+        "run's batch slots for leaked ones and send more batches at once than the ai-batch "
+        "limit allows, so nothing was started. Wait for it to finish, then start this again. "
+        "To run both at once, start one real Prefect server (`prefect server start`, in a "
+        "terminal of its own) and set PREFECT_API_URL=http://127.0.0.1:4200/api in both "
+        "terminals before `postledger run`. (A separate PREFECT_HOME per run would not do: "
+        "each would have its own ai-batch limit, and together they would exceed it.)"
+    )
 
 
 def _free_port() -> int:
@@ -87,9 +220,23 @@ def local_prefect_server(startup_timeout: float | None = None) -> Iterator[str]:
     else 60 s."""
     if startup_timeout is None:
         startup_timeout = _startup_timeout_from_environment()
+    home = prefect_home()
+    with _only_server_on(home, _command_line()):
+        yield from _serve(home, startup_timeout)
+
+
+def _command_line() -> str:
+    name = Path(sys.argv[0]).name if sys.argv else "python"
+    if name == "__main__.py":  # `python -m postledger`
+        name = Path(sys.argv[0]).parent.name
+    return " ".join([name, *sys.argv[1:]])
+
+
+def _serve(home: Path, startup_timeout: float) -> Iterator[str]:
     port = _free_port()
     env = {
         **os.environ,
+        _LOCKED_HOME: str(home),
         "PREFECT_UI_ENABLED": "0",
         # A private, throw-away server: it has nothing to report to anyone.
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

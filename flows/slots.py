@@ -16,6 +16,13 @@ the API forever, and a flow run can be final while its submitted tasks still run
 - a slot with an unexpired lease is freed only if its task run belongs to a flow run the caller
   knows is dead (`dead_flow_run_ids`). Otherwise it is kept: until the lease expires, the API
   cannot tell a process killed less than 60 s ago from a live one.
+
+"Counted without a lease" means "held by nobody" only if every slot in the database was taken
+through the server we ask: leases live in each server's memory. So slots are freed by count
+only while this process runs the one local server of its PREFECT_HOME, which the lock in
+flows/local_server.py guarantees. Anywhere else (a full Prefect server, whose reaper does this
+itself; a process that merely inherited the local-server flag) a slot leased through another
+server would look leaked, and it is left alone.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import httpx
 from prefect import get_client
 from prefect.client.orchestration import SyncPrefectClient
 from prefect.exceptions import ObjectNotFound
+
+from flows.local_server import holds_local_server
 
 
 def free_stale_slots(
@@ -61,6 +70,8 @@ def free_stale_slots(
                 f"freed a {name} slot held by task run {task_run_id} of dead flow run {flow_run_id}"
             )
 
+        if not holds_local_server():
+            return freed
         unleased = _unleased_slots(client, name, tag)
         if unleased > 0:
             # A slot is counted a moment before its lease is written; a second look a little
@@ -78,7 +89,8 @@ def free_stale_slots(
             )
             freed.append(
                 f"freed {unleased} {name} slot(s) counted without a live lease "
-                "(not renewed for 60 s, or the server lost its leases when it restarted)"
+                "(no live run holds them: their leases were not renewed for 60 s, or were kept "
+                "by a local server that has ended, with the run that took them)"
             )
     return freed
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from postledger.ledger import Ledger
@@ -38,23 +39,31 @@ def run_month(
         console.print(f"[red]error:[/] {exc}")
         return 2
 
-    simulator: AbstractContextManager[str | None] = nullcontext(settings.upstream_url)
-    if not settings.upstream_url:
-        console.print(
-            "[yellow]No upstream configured (POSTLEDGER_UPSTREAM_URL): using the bundled "
-            "simulator. No real AI is called and nothing is paid.[/]"
-        )
-        simulator = simulator_process(latency=sim_latency)
-        # One name for every run's simulator, whatever its port: its breaker persists (R19).
-        os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
-    from flows.local_server import local_prefect_server
+    from flows.local_server import LocalServerBusy, local_prefect_server
 
     # Prefect's local mode, through our launcher (see flows/local_server.py for why), unless
     # the user points us at a Prefect server of their own.
     prefect_server: AbstractContextManager[object] = (
         nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
     )
-    with simulator as url, prefect_server:
+    with ExitStack() as running:
+        # The server first: when another run holds this PREFECT_HOME's local server, this run
+        # is refused before it starts anything or touches the ledger.
+        try:
+            running.enter_context(prefect_server)
+        except LocalServerBusy as exc:
+            console.print(f"[red]error:[/] {escape(exc.message)}")
+            return 1
+        simulator: AbstractContextManager[str | None] = nullcontext(settings.upstream_url)
+        if not settings.upstream_url:
+            console.print(
+                "[yellow]No upstream configured (POSTLEDGER_UPSTREAM_URL): using the bundled "
+                "simulator. No real AI is called and nothing is paid.[/]"
+            )
+            simulator = simulator_process(latency=sim_latency)
+            # One name for every run's simulator, whatever its port: its breaker persists (R19).
+            os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
+        url = running.enter_context(simulator)
         if not settings.upstream_url and settings.upstream_kind is not UpstreamKind.TASK_API:
             url = f"{url}/v1"  # the simulator's OpenAI face: a base URL with its version
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)

@@ -1,0 +1,168 @@
+"""Two embedded `postledger run`s in one PREFECT_HOME: the second is refused, not let loose.
+
+Each local Prefect server keeps its concurrency leases in memory while the `ai-batch` count
+lives in the shared database: a second local server would take the first run's slots for
+leaked ones, free them, and let four batches fly under a limit of two. Real processes, a
+PREFECT_HOME shared by all of them, and one project folder, as from two terminals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from postledger.ledger import Ledger
+from postledger.models import BatchStatus, PostStatus
+from tests.conftest import write_jsonl
+
+pytestmark = pytest.mark.processes  # runs postledger in other processes
+
+FIRST, SECOND = "2026-10", "2026-11"
+
+
+class Processes:
+    """`postledger` processes started in one folder with one environment; each in a session of
+    its own, so that its process group (its local server and simulator too) can be killed."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.cwd, self.env = cwd, env
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        # Output to a file: a pipe nobody reads could block it, and an orphan keeps it open.
+        with (self.cwd / f"{name}.out").open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "postledger", *args],
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started.append(process)
+        return process
+
+    def run(self, name: str, *args: str, timeout: float = 90) -> tuple[int, str]:
+        process = self.start(name, *args)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`postledger {' '.join(args)}` did not end:\n{self.output(name)}")
+        return code, self.output(name)
+
+    def output(self, name: str) -> str:
+        return (self.cwd / f"{name}.out").read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        for process in self.started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture
+def processes(
+    tmp_path: Path, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Processes]:
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {
+        **os.environ,  # with the test's ledger (POSTLEDGER_DATABASE_URL)
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),  # shared by every run of this test
+        "POSTLEDGER_MAX_BATCH_POSTS": "3",
+        "POSTLEDGER_POLL_WAIT": "0.5",
+        "COLUMNS": "250",  # the refusal on as few lines as may be, to search it
+    }
+    env.pop("PREFECT_API_URL", None)
+    started = Processes(project, env)
+    try:
+        yield started
+    finally:  # Ctrl-C and failed asserts included
+        started.kill_all()
+
+
+def posts(folder: Path, month: str, count: int) -> str:
+    lines = [
+        f'{{"id": "{month}-{i:02d}", "text": "The app logs me out, case {i}."}}'
+        for i in range(count)
+    ]
+    return str(write_jsonl(folder / f"{month}.jsonl", lines))
+
+
+def wait_for_batches_in_flight(
+    ledger_url: str, run: subprocess.Popen[bytes], processes: Processes, name: str
+) -> None:
+    deadline = time.monotonic() + 120
+    ledger: Ledger | None = None
+    try:
+        while True:
+            assert run.poll() is None, processes.output(name)
+            assert time.monotonic() < deadline, "run 1 never sent its batches"
+            try:
+                ledger = ledger or Ledger(ledger_url, read_only=True)
+                if len(ledger.batches(FIRST, BatchStatus.RUNNING)) >= 2:  # both slots taken
+                    return
+            except DBAPIError:
+                pass  # the ledger's file is there, its tables not yet
+            time.sleep(0.2)
+    finally:
+        if ledger is not None:
+            ledger.close()
+
+
+def test_a_second_embedded_run_is_refused_and_a_killed_one_blocks_nothing(
+    processes: Processes, ledger_url: str
+) -> None:
+    folder = processes.cwd
+    # Run 1: its simulator holds every task for a minute, so both slots stay taken.
+    first = processes.start(
+        "first", "run", "--month", FIRST, "--posts", posts(folder, FIRST, 12), "--latency", "60"
+    )
+    wait_for_batches_in_flight(ledger_url, first, processes, "first")
+
+    second_posts = posts(folder, SECOND, 6)
+    code, out = processes.run("second", "run", "--month", SECOND, "--posts", second_posts)
+    assert code != 0, out
+    flat = " ".join(out.split())  # the console wraps long lines
+    assert f"process {first.pid}" in flat and "since 20" in flat, out  # who, since when
+    assert "postledger run --month 2026-10" in flat, out
+    assert "Wait for it to finish" in flat, out  # what to do
+    assert "prefect server start" in flat and "PREFECT_API_URL" in flat, out
+    assert "Traceback" not in out, out
+    ledger = Ledger(ledger_url, read_only=True)
+    assert ledger.posts(SECOND) == []  # refused before it touched the ledger
+    assert len(ledger.batches(FIRST, BatchStatus.RUNNING)) >= 2  # run 1 goes on undisturbed
+    ledger.close()
+    assert first.poll() is None
+
+    # `postledger setup` starts the same local server: the same refusal, not a traceback.
+    code, out = processes.run("setup", "setup")
+    flat = " ".join(out.split())
+    assert code != 0 and f"process {first.pid}" in flat and "Traceback" not in out, out
+
+    # Run 1 dies without any clean-up. Only its own process: the server child it leaves
+    # behind must not keep the lock either.
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    code, out = processes.run(
+        "third", "run", "--month", SECOND, "--posts", second_posts, "--latency", "0.2"
+    )
+    assert code == 0, out
+    # It found run 1's two slots taken with no lease (the lease died with run 1's server's
+    # memory, as far as this server knows) and freed them, and said so.
+    assert "tag:ai-batch slot" in out, out
+    ledger = Ledger(ledger_url, read_only=True)
+    assert {p.status for p in ledger.posts(SECOND)} == {PostStatus.COMPLETED}
+    ledger.close()
