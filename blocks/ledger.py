@@ -15,8 +15,8 @@ class PostledgerLedger(Block):
     _block_type_name: ClassVar[str] = "Postledger Ledger"
     _block_type_slug: ClassVar[str] = "postledger-ledger"
     _description: ClassVar[str] = (
-        "The ledger postledger keeps: a SQLAlchemy database URL (SQLite or PostgreSQL) and an "
-        "optional monthly budget."
+        "The ledger postledger keeps: a SQLAlchemy database URL (SQLite or PostgreSQL), an "
+        "optional monthly budget, and the shared folder for spill files."
     )
 
     database_url: SecretStr | None = Field(
@@ -29,6 +29,12 @@ class PostledgerLedger(Block):
         ge=0,
         description="Budget per month in micro-units (1 000 000 = 1 unit of currency).",
     )
+    spill_path: str | None = Field(
+        default=None,
+        description="A folder every worker can write and the next run can read (a shared "
+        "volume): where a paid batch's task id or output goes when the ledger cannot be "
+        "written. Required with a database other than SQLite; empty: POSTLEDGER_SPILL_PATH.",
+    )
 
     def settings_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {}
@@ -36,4 +42,6 @@ class PostledgerLedger(Block):
             fields["database_url"] = self.database_url.get_secret_value()
         if self.max_cost is not None:
             fields["max_cost"] = self.max_cost
+        if self.spill_path:
+            fields["spill_path"] = self.spill_path
         return fields

@@ -41,11 +41,12 @@ def run_until_done(
     settings: Settings,
     polls: list[str] | None = None,
     on_progress: Callable[[], None] | None = None,
+    holder: str | None = None,
 ) -> str | None:
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
     upstream task is to be polled (a person said yes, R23); they go first. `on_progress` is
-    called whenever batches have ended."""
-    with Lanes(ledger_url) as lanes:
+    called whenever batches have ended. `holder`: this run's claim on the month."""
+    with Lanes(ledger_url, holder) as lanes:
         return _dispatch(lanes, ledger, month, settings, polls or [], on_progress)
 
 
@@ -84,7 +85,7 @@ def _dispatch(
             try:
                 plan_due_work(ledger, month, settings)
             except LedgerUnavailable as exc:
-                stop = ledger_stop(exc, set(in_flight), settings)
+                stop = ledger_stop(exc, set(in_flight), settings, month)
                 logger.error("no further batch will start in this run: %s", stop)
             else:
                 starts = [(batch_id, True) for batch_id in to_poll]
@@ -128,7 +129,7 @@ def _dispatch(
                         ledger.replan_unsent(month)  # not sent: back to pending, uncharged
                         return f"the month's budget would be crossed and {said(answer)}."
                 except LedgerUnavailable as exc:
-                    return ledger_stop(exc, set(), settings)
+                    return ledger_stop(exc, set(), settings, month)
                 continue
             if level is BreakerLevel.OPEN and (to_poll or work_left(ledger, month, crashed)):
                 # Everything sent has come back (R20): now a person decides (R19).
@@ -136,7 +137,7 @@ def _dispatch(
                 try:
                     answer = ask_to_continue(ledger, month, settings)
                 except LedgerUnavailable as exc:
-                    return ledger_stop(exc, set(), settings)
+                    return ledger_stop(exc, set(), settings, month)
                 if answer is not Answer.CONTINUE:
                     return breaker_stop(upstream, month, answer)
                 continue
@@ -171,7 +172,7 @@ def _dispatch(
             elif not outcome.over_budget and not outcome.held:
                 budget_rechecked = False
             if outcome.ledger_failure and stop is None:
-                stop = ledger_stop(outcome.ledger_failure, {batch_id, *in_flight}, settings)
+                stop = ledger_stop(outcome.ledger_failure, {batch_id, *in_flight}, settings, month)
                 logger.error("no further batch will start in this run: %s", stop)
             if outcome.stop_run and stop is None:
                 stop = outcome.stop_run
@@ -191,7 +192,10 @@ def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
         ledger.release_due(month)
     if ledger.has_posts(month, PostStatus.PENDING):
         plan = ledger.plan(
-            month, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
+            month,
+            max_posts=settings.max_batch_posts,
+            max_chars=settings.max_batch_chars,
+            max_attempts=settings.max_attempts,
         )
         if plan.too_long:
             get_run_logger().warning(
@@ -199,13 +203,15 @@ def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
             )
 
 
-def ledger_stop(error: LedgerUnavailable | str, in_flight: set[str], settings: Settings) -> str:
+def ledger_stop(
+    error: LedgerUnavailable | str, in_flight: set[str], settings: Settings, month: str
+) -> str:
     flying = ", ".join(sorted(in_flight)) or "none"
     return (
-        f"a ledger write failed, so no new batch starts (R20): {error}. Batches in flight "
-        f"then: {flying}; they were awaited, and what they could not write is in "
-        f"{settings.resolved_spill_path()}, which the next run imports first. Fix the "
-        "database, then run again."
+        f"a ledger write failed, so no new batch starts: {error}. Batches in flight then: "
+        f"{flying}; they were awaited, and what they could not write is in "
+        f"{settings.spill_file(month)}, which the next run imports first. Fix the database, "
+        "then run again."
     )
 
 

@@ -27,6 +27,7 @@ from postledger.db import LedgerUnavailable
 from postledger.ledger import Ledger, open_ledger
 from postledger.month_lease import MonthBusy
 from postledger.posts import Post, default_posts_path, load_posts, parse_month, previous_month
+from postledger.preflight import NotReady, check_ready
 from postledger.recovery import (
     finish_saved_outputs,
     import_spill,
@@ -83,13 +84,19 @@ def _monthly_posts(
     month = parse_month(month) if month else previous_month()
     path = Path(posts_path) if posts_path else default_posts_path(settings.data_dir, month)
     posts = load_posts(path)  # a bad file stops here, before the ledger is touched
+    try:
+        check_ready(settings)  # so is a configuration that would stop every batch
+    except NotReady as exc:
+        raise RunStopped(f"{month}: nothing was done: {exc}") from None
 
     ledger_url = settings.resolved_database_url()
     ledger = open_ledger(ledger_url)
     holder = str(flow_run.id or uuid.uuid4())
     try:
         with ledger.leases.holding(month, holder):
-            return process_month(ledger, ledger_url, month, posts, path, settings, poll, resubmit)
+            return process_month(
+                ledger, ledger_url, month, posts, path, settings, poll, resubmit, holder
+            )
     except MonthBusy as exc:
         raise RunStopped(f"{month}: nothing was done: {exc}") from None
     except LedgerUnavailable as exc:
@@ -105,13 +112,18 @@ def process_month(
     settings: Settings,
     poll: bool | None,
     resubmit: bool | None,
+    holder: str,
 ) -> dict[str, Any]:
     """The month's work, while this run holds the month."""
     logger = get_run_logger()
     try:
         # What an earlier run paid for but could not write comes first (R20).
-        if taken := import_spill(ledger, Spill(settings.resolved_spill_path()), settings.price()):
-            logger.warning("imported %d records from the spill file of an earlier run", taken)
+        # One file per month; the one file of earlier versions holds every month's.
+        for spill in (Spill(settings.spill_file(month)), Spill(settings.resolved_spill_path())):
+            if taken := import_spill(ledger, spill, settings.price()):
+                logger.warning(
+                    "imported %d records from %s, left by an earlier run", taken, spill.path
+                )
         synced = ledger.sync_posts(month, posts, model=settings.model, prompt=settings.prompt)
         if closed := ledger.close_emptied(month):
             logger.info("closed %d sent batches whose posts all changed since", len(closed))
@@ -127,7 +139,7 @@ def process_month(
                 logger.warning("could not look for orphaned upstream tasks: %s", exc)
         plan = recovery_plan(ledger, month, settings)
         answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)
-        polls = carry_out(ledger, plan, answer) if answer else []
+        polls = carry_out(ledger, plan, answer, settings) if answer else []
         ledger.replan_unsent(month)
     except LedgerUnavailable as exc:
         raise RunStopped(f"{month}: nothing was sent: {exc}") from None
@@ -151,7 +163,13 @@ def process_month(
     artifacts.update(force=True)
     try:
         stopped = run_until_done(
-            ledger, month, ledger_url, settings, polls=polls, on_progress=artifacts.update
+            ledger,
+            month,
+            ledger_url,
+            settings,
+            polls=polls,
+            on_progress=artifacts.update,
+            holder=holder,
         )
         if stopped is None and answer is None and plan.needs_yes:
             # R22-R24: asked once, after everything safe is done.
@@ -160,9 +178,15 @@ def process_month(
             except LedgerUnavailable as exc:
                 raise RunStopped(f"{month}: stopped, nothing more was sent: {exc}") from None
             if answer is not None:
-                polls = carry_out(ledger, plan, answer)
+                polls = carry_out(ledger, plan, answer, settings)
                 stopped = run_until_done(
-                    ledger, month, ledger_url, settings, polls=polls, on_progress=artifacts.update
+                    ledger,
+                    month,
+                    ledger_url,
+                    settings,
+                    polls=polls,
+                    on_progress=artifacts.update,
+                    holder=holder,
                 )
     finally:
         artifacts.finish()

@@ -52,7 +52,9 @@ def answer_given_before(
     return ledger.approvals.standing_recovery(month)
 
 
-def carry_out(ledger: Ledger, plan: RecoveryPlan, answer: ApprovalRecord) -> list[str]:
+def carry_out(
+    ledger: Ledger, plan: RecoveryPlan, answer: ApprovalRecord, settings: Settings
+) -> list[str]:
     """Do what the answer allows for the batches it covers; returns the batches to poll. The
     resubmissions go back to the queue with their same idempotency key and request."""
     logger = get_run_logger()
@@ -64,7 +66,11 @@ def carry_out(ledger: Ledger, plan: RecoveryPlan, answer: ApprovalRecord) -> lis
     if not answer.poll:
         polls = []
     for batch_id in resends if answer.resubmit else []:
-        ledger.resend_later(batch_id, f"resubmission confirmed by a person ({answer.answered_by})")
+        ledger.resend_later(
+            batch_id,
+            f"resubmission confirmed by a person ({answer.answered_by})",
+            max_attempts=settings.max_attempts,
+        )
     waiting = len(plan.of(RecoveryAction.POLL)) - len(polls)
     waiting += len(plan.of(RecoveryAction.RESUBMIT)) - (len(resends) if answer.resubmit else 0)
     if waiting:

@@ -7,17 +7,22 @@ transport failure counts — request retries inside a batch never do.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
+from sqlalchemy import and_
 from sqlmodel import Session, col, select
 
-from postledger.models import BatchRecord, BatchStatus, BreakerLevel, BreakerRecord, utcnow
+from postledger.models import (
+    BatchRecord,
+    BatchStatus,
+    BreakerLevel,
+    BreakerRecord,
+    MonthRunRecord,
+    utcnow,
+)
+from postledger.month_lease import STALE
 from postledger.states import move_breaker
-
-# A probe of another month older than this is taken for one left by a killed run: it no longer
-# holds the one probe slot (a live probe ends long before, or gives up at its task deadline).
-PROBE_HOLD = timedelta(hours=1)
 
 
 class Signal(StrEnum):
@@ -94,19 +99,27 @@ def apply_signal(
 def check_may_start(session: Session, upstream: str, batch: BatchRecord) -> None:
     """Raise `BreakerHeld` unless the breaker lets `batch` start now.
 
-    In probe, one batch at a time across all months: another month's batch that started since
-    the breaker went to probe holds the one slot. (A batch of this month still `running` from
-    an earlier, interrupted run does not: the run asking is the only one of its month.)"""
+    In probe, one batch of the upstream at a time, across every month and run (R18): the one
+    sent since the breaker went to probe by a run that still holds its month. (A batch left
+    running by a dead run is interrupted, not in flight: its outcome is for recovery.)"""
     breaker = breaker_for_update(session, upstream)
     if breaker.level is BreakerLevel.OPEN:
         raise BreakerHeld(f"the breaker of {upstream} is open: {breaker.reason}")
     if breaker.level is BreakerLevel.PROBE:
-        other = session.exec(
-            select(BatchRecord.batch_id).where(
+        live_run = and_(
+            col(MonthRunRecord.month) == col(BatchRecord.month),
+            col(MonthRunRecord.holder) == col(BatchRecord.sent_by),
+        )
+        probing = session.exec(
+            select(BatchRecord.batch_id)
+            .join(MonthRunRecord, live_run)
+            .where(
                 BatchRecord.status == BatchStatus.RUNNING,
-                BatchRecord.month != batch.month,
-                col(BatchRecord.started_at) >= max(breaker.changed_at, utcnow() - PROBE_HOLD),
+                BatchRecord.upstream == upstream,
+                BatchRecord.batch_id != batch.batch_id,
+                col(BatchRecord.started_at) >= breaker.changed_at,
+                col(MonthRunRecord.heartbeat_at) >= utcnow() - STALE,
             )
         ).first()
-        if other is not None:
-            raise BreakerHeld(f"the breaker of {upstream} is probing with {other}")
+        if probing is not None:
+            raise BreakerHeld(f"the breaker of {upstream} is probing with {probing}")

@@ -71,7 +71,8 @@ def settle(
     row = session.exec(
         select(SpendRecord)
         .where(SpendRecord.batch_id == batch_id, SpendRecord.state == SpendState.POSSIBLE)
-        .order_by(col(SpendRecord.send).desc())
+        # The send's own row, not a gateway's retry of it (written after it).
+        .order_by(col(SpendRecord.send).desc(), col(SpendRecord.id))
     ).first()
     if row is None:
         return

@@ -33,9 +33,12 @@ from postledger.models import (
     PostRecord,
     PostStatus,
     SpendRecord,
+    SpillImportRecord,
+    batch_id_for,
+    month_of,
     utcnow,
 )
-from postledger.month_lease import MonthLeases
+from postledger.month_lease import MonthLeases, check_holds
 from postledger.planning import Sized, plan_batches
 from postledger.policy import Decision
 from postledger.posts import (
@@ -45,7 +48,7 @@ from postledger.posts import (
     input_parts,
     legacy_fingerprint,
 )
-from postledger.spend import Price, estimate
+from postledger.spend import Price, estimate, unpriced_budget
 from postledger.spill import SpillKind
 from postledger.states import Transitions
 
@@ -61,14 +64,6 @@ class SyncReport:
 class PlanReport:
     batches: list[BatchRecord]
     too_long: int
-
-
-def batch_id_for(month: str, seq: int) -> str:
-    return f"{month}-b{seq:04d}"
-
-
-def month_of(batch_id: str) -> str:
-    return batch_id.split("-b", 1)[0]
 
 
 _shared: dict[str, Ledger] = {}
@@ -164,8 +159,9 @@ class Ledger(LedgerReads):
                 why = f"input changed ({changed_parts(record.inputs, parts)}): starts over"
                 record.text, record.fingerprint, record.inputs = post.text, print_, parts
                 record.result, record.batch_id = None, None
-                # New work: its own limits (R15), whatever the old input cost.
-                record.attempts, record.requeues = 0, 0
+                # New work: its own limits (R15, R12), whatever the old input cost.
+                record.attempts, record.requeues, record.extra_attempts = 0, 0, 0
+                record.split = False
                 if record.status is PostStatus.PENDING:
                     session.add(record)
                 else:
@@ -195,8 +191,11 @@ class Ledger(LedgerReads):
                 )
         return freed
 
-    def plan(self, month: str, *, max_posts: int, max_chars: int) -> PlanReport:
-        """Put every `pending` post into a new batch (R7); posts too long to send end `failed`."""
+    def plan(
+        self, month: str, *, max_posts: int, max_chars: int, max_attempts: int | None = None
+    ) -> PlanReport:
+        """Put every `pending` post into a new batch (R7); posts too long to send end `failed`,
+        and so do posts with no paid attempt left under `max_attempts` (R15)."""
         with self._write(month) as (session, moves):
             pending = list(
                 session.exec(
@@ -205,6 +204,8 @@ class Ledger(LedgerReads):
                     .order_by(col(PostRecord.position))
                 )
             )
+            if max_attempts is not None:
+                pending = self._fail_capped(moves, pending, max_attempts)
             by_id = {p.post_id: p for p in pending}
             plan = plan_batches(
                 [Sized(p.post_id, len(p.text)) for p in pending],
@@ -222,6 +223,20 @@ class Ledger(LedgerReads):
                 )
             batches = self._new_batches(session, moves, month, plan.batches, by_id)
         return PlanReport(batches=batches, too_long=len(plan.too_long))
+
+    @staticmethod
+    def _fail_capped(
+        moves: Transitions, posts: list[PostRecord], max_attempts: int
+    ) -> list[PostRecord]:
+        """Posts that have had every paid attempt they may have end here; the rest are returned."""
+        left = []
+        for post in posts:
+            if post.attempts >= max_attempts + post.extra_attempts:
+                why = f"{post.attempts} paid attempts made, the limit: not sent again"
+                moves.post(post, PostStatus.FAILED, why, failure=FailureKind.ATTEMPTS_EXHAUSTED)
+            else:
+                left.append(post)
+        return left
 
     def _new_batches(
         self,
@@ -272,6 +287,8 @@ class Ledger(LedgerReads):
         price: Price | None = None,
         prompt: str = "",
         max_cost: int | None = None,
+        holder: str | None = None,
+        max_attempts: int | None = None,
     ) -> tuple[BatchRecord, list[PostRecord]]:
         """Persist the intent to pay before paying (R3): the batch and its posts `running`,
         each post's business attempt counted. Only after this returns may the AI be called.
@@ -282,14 +299,23 @@ class Ledger(LedgerReads):
         when a new charge could cross it.
 
         A batch sent again with its same idempotency key is the same attempt when the upstream
-        honours keys (it charges a key once); otherwise it is a new attempt."""
+        honours keys (it charges a key once); otherwise it is a new attempt.
+
+        With `holder`, the run must still hold the month (`MonthLost` otherwise): a run that
+        lost its claim to another never starts a batch. With `max_attempts`, a new attempt
+        beyond a post's cap is refused (`LedgerError`): planning never asks for one."""
+        if max_cost is not None and price is None:
+            raise LedgerError(unpriced_budget("configured"))
         month = month_of(batch_id)
         with self._write(month) as (session, moves):
+            if holder is not None:
+                check_holds(session, month, holder)
             batch = self._batch(session, batch_id)
             if upstream is not None:
                 self._locks.also(session, BREAKERS)
                 check_may_start(session, upstream, batch)
             moves.batch(batch, BatchStatus.RUNNING, "about to call the upstream")
+            batch.upstream, batch.sent_by = upstream, holder
             posts = self._posts_of(session, batch, PostStatus.QUEUED)
             if not posts:
                 raise LedgerError(f"batch {batch_id} has no post left to send")
@@ -308,6 +334,13 @@ class Ledger(LedgerReads):
                 if price is not None and first
                 else None
             )
+            if first and max_attempts is not None:
+                over = [p.post_id for p in posts if p.attempts >= max_attempts + p.extra_attempts]
+                if over:
+                    raise LedgerError(
+                        f"batch {batch_id}: posts {over} have had every paid attempt they may "
+                        "have; this is a bug in postledger, nothing was sent"
+                    )
             if first and max_cost is not None:
                 check_budget(session, month, estimated, max_cost)  # nothing changed if held
             batch.sends += 1
@@ -389,6 +422,12 @@ class Ledger(LedgerReads):
                     month=month,
                     sent_at=batch.started_at,
                 )
+            if decision.uncertain:
+                # Nothing is final: the batch and its posts stay running for recovery (R23, R24).
+                moves.noted(
+                    EntityKind.BATCH, batch_id, batch.status, f"outcome unknown: {decision.why}"
+                )
+                return
             posts = {
                 p.post_id: p
                 for p in self._posts_of(session, batch, PostStatus.RUNNING, PostStatus.RECEIVED)
@@ -409,6 +448,8 @@ class Ledger(LedgerReads):
             if decision.halves:
                 halves = [[posts.pop(pid) for pid in half] for half in decision.halves]
                 by_id = {p.post_id: p for half in halves for p in half}
+                for post in by_id.values():
+                    post.split = True  # one split per lineage, whatever batch it goes into
                 self._new_batches(
                     session, moves, month, decision.halves, by_id, split_from=batch_id
                 )
@@ -424,39 +465,62 @@ class Ledger(LedgerReads):
 
     def import_spill(self, records: list[dict[str, Any]], price: Price | None = None) -> int:
         """Take in what batches spilled while the ledger could not be written (R20). Safe to
-        repeat: a fact the ledger already has is skipped. Returns the records taken in."""
+        repeat: a record is taken in once (by its id), and a fact the ledger already has is
+        skipped. Returns the records taken in."""
         taken = 0
         for record in records:
             batch_id = record["batch_id"]
-            kind = SpillKind(record["kind"])
             with self._write(month_of(batch_id)) as (session, moves):
-                batch = self._batch(session, batch_id)
-                task_id = record.get("task_id")
-                if task_id and batch.upstream_task_id is None:
-                    batch.upstream_task_id, batch.charge = task_id, Charge.CONFIRMED
-                    session.add(batch)
-                    taken += kind is SpillKind.TASK_ID
-                if kind is SpillKind.REQUEST_RETRY:
-                    batch.request_retries += 1
-                    session.add(batch)
-                    taken += 1
-                if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
-                    why = "output saved from the spill file, not yet validated"
-                    batch.raw_output, batch.usage = record["output"], record.get("usage")
-                    settle(session, batch_id, batch.usage, price)
-                    moves.batch(batch, BatchStatus.RECEIVED, why)
-                    for post in self._posts_of(session, batch, PostStatus.RUNNING):
-                        moves.post(post, PostStatus.RECEIVED, why)
-                    taken += 1
+                record_id = record.get("id")
+                if record_id is not None:
+                    if session.get(SpillImportRecord, record_id) is not None:
+                        continue
+                    kind = str(record["kind"])
+                    session.add(
+                        SpillImportRecord(record_id=record_id, batch_id=batch_id, kind=kind)
+                    )
+                taken += self._take_spilled(session, moves, record, price)
         return taken
 
-    def resend_later(self, batch_id: str, why: str) -> None:
+    def _take_spilled(
+        self,
+        session: Session,
+        moves: Transitions,
+        record: dict[str, Any],
+        price: Price | None,
+    ) -> int:
+        batch = self._batch(session, record["batch_id"])
+        kind = SpillKind(record["kind"])
+        task_id = record.get("task_id")
+        taken = 0
+        if task_id and batch.upstream_task_id is None:
+            batch.upstream_task_id, batch.charge = task_id, Charge.CONFIRMED
+            session.add(batch)
+            taken += kind is SpillKind.TASK_ID
+        if kind is SpillKind.REQUEST_RETRY:
+            batch.request_retries += 1
+            session.add(batch)
+            taken += 1
+        if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
+            why = "output saved from the spill file, not yet validated"
+            batch.raw_output, batch.usage = record["output"], record.get("usage")
+            settle(session, batch.batch_id, batch.usage, price)
+            moves.batch(batch, BatchStatus.RECEIVED, why)
+            for post in self._posts_of(session, batch, PostStatus.RUNNING):
+                moves.post(post, PostStatus.RECEIVED, why)
+            taken += 1
+        return taken
+
+    def resend_later(self, batch_id: str, why: str, *, max_attempts: int | None = None) -> None:
         """A person confirmed that an interrupted batch with no task id may be sent again
-        (R24): back to `queued`, with its same idempotency key and request."""
+        (R24): back to `queued`, with its same idempotency key and request. A post that has
+        had every paid attempt it may have gets one more: the person said yes to this one."""
         with self._write(month_of(batch_id)) as (session, moves):
             batch = self._batch(session, batch_id)
             moves.batch(batch, BatchStatus.QUEUED, why)
             for post in self._posts_of(session, batch, PostStatus.RUNNING):
+                if max_attempts is not None and post.attempts >= max_attempts + post.extra_attempts:
+                    post.extra_attempts += 1
                 moves.post(post, PostStatus.QUEUED, why)
 
     def close_emptied(self, month: str) -> list[str]:
@@ -504,8 +568,37 @@ class Ledger(LedgerReads):
             failed = [p for p in session.exec(query) if kinds is None or p.failure_kind in kinds]
             for post in failed:
                 post.batch_id = None
+                # The person's yes buys each post its full number of paid attempts again (R15).
+                post.extra_attempts = post.attempts
                 moves.post(post, PostStatus.PENDING, f"retry asked for ({post.failure_kind})")
         return len(failed)
+
+    def count_gateway_retries(
+        self, batch_id: str, retries: int, *, price: Price | None = None, prompt: str = ""
+    ) -> None:
+        """A gateway between us and the upstream says it retried this batch's request on its
+        own: each retry may have been charged, so each is on the books as a possible charge."""
+        if retries <= 0:
+            return
+        month = month_of(batch_id)
+        with self._write(month) as (session, moves):
+            batch = self._batch(session, batch_id)
+            batch.gateway_retries += retries
+            texts = [text for _, text in batch.request or []]
+            estimated = estimate(price, prompt, texts) if price is not None else None
+            for _ in range(retries):
+                session.add(
+                    SpendRecord(
+                        month=month, batch_id=batch_id, send=batch.sends, estimated_cost=estimated
+                    )
+                )
+            session.add(batch)
+            moves.noted(
+                EntityKind.BATCH,
+                batch_id,
+                batch.status,
+                f"the gateway retried the request {retries}x on its own: possibly charged again",
+            )
 
     def count_request_retry(self, batch_id: str) -> None:
         """One more request-layer retry for this batch (R16: not a business attempt)."""

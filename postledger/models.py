@@ -19,6 +19,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def batch_id_for(month: str, seq: int) -> str:
+    return f"{month}-b{seq:04d}"
+
+
+def month_of(batch_id: str) -> str:
+    return batch_id.split("-b", 1)[0]
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Stores UTC, always returns timezone-aware UTC (SQLite keeps no zone of its own)."""
 
@@ -176,6 +184,9 @@ class BatchRecord(SQLModel, table=True):
     # The breaker name of the upstream it was sent to (set when it is marked running): in probe,
     # one batch per upstream may be running across every month and run (R18).
     upstream: str | None = None
+    # The run (month claim holder) that marked it running: a batch is in flight only while the
+    # run that sent it still holds its month; one left by a dead run is interrupted.
+    sent_by: str | None = None
     # Set on the halves of a batch whose whole output was unusable (R12): they are not split again.
     split_from: str | None = None
     # Sent with the create call so that an upstream that honours it never charges twice.

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import timedelta
 
+from sqlmodel import Session
+
 from postledger.db import LedgerUnavailable, WriteLocks
 from postledger.models import MonthRunRecord, utcnow
 
@@ -25,6 +27,23 @@ HEARTBEAT_SECONDS = 30.0
 
 class MonthBusy(RuntimeError):
     """Another live run is processing this month; the message says which and since when."""
+
+
+class MonthLost(RuntimeError):
+    """This run no longer holds its month (another run took it over): it starts nothing."""
+
+
+def check_holds(session: Session, month: str, holder: str) -> None:
+    """Raise `MonthLost` unless `holder` holds `month` (in the caller's write transaction, so
+    that nothing is started by a run that lost its claim a moment ago)."""
+    record = session.get(MonthRunRecord, month)
+    if record is None or record.holder != holder:
+        taken = f"by run {record.holder} on {record.host}" if record is not None else "by nobody"
+        raise MonthLost(
+            f"this run no longer holds {month}: it is held {taken} (this run's heartbeat was "
+            f"missed for over {STALE.seconds} s). It starts no new batch; what it sent is in the "
+            "ledger, and the run that holds the month recovers it"
+        )
 
 
 def _process_exists(pid: int) -> bool:
@@ -63,11 +82,13 @@ class MonthLeases:
         self._active.add((month, holder))
 
     def beat(self, month: str, holder: str) -> None:
+        """Keep the claim fresh; `MonthLost` if another run has taken the month over."""
         with self._locks.session(month) as session:
+            check_holds(session, month, holder)
             record = session.get(MonthRunRecord, month)
-            if record is not None and record.holder == holder:
-                record.heartbeat_at = utcnow()
-                session.add(record)
+            assert record is not None
+            record.heartbeat_at = utcnow()
+            session.add(record)
 
     def release(self, month: str, holder: str) -> None:
         self._active.discard((month, holder))
@@ -92,8 +113,12 @@ class MonthLeases:
 
         def beat() -> None:
             while not stop.wait(HEARTBEAT_SECONDS):
-                with suppress(LedgerUnavailable):  # the run itself reports a ledger failure
+                try:
                     self.beat(month, holder)
+                except LedgerUnavailable:
+                    pass  # the run itself reports a ledger failure
+                except MonthLost:
+                    return  # every batch's start checks the claim in its own transaction
 
         beating = threading.Thread(target=beat, name=f"postledger-lease-{month}", daemon=True)
         beating.start()

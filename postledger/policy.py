@@ -57,6 +57,11 @@ class PostMove:
 
 @dataclass(frozen=True)
 class Decision:
+    """What happens to a batch and its posts. `batch_to` running means *uncertain*: the
+    upstream may have made (and charged) the work, and may still deliver it, so nothing is
+    final: the batch and its posts stay running for recovery to poll or, with a person's yes,
+    resubmit."""
+
     batch_to: BatchStatus
     why: str
     kind: FailureKind | None = None
@@ -67,6 +72,10 @@ class Decision:
     stop_run: str | None = None  # R14: no further batch may start in this run; what to fix
     signal: Signal | None = None  # what the outcome tells the upstream's breaker (R18)
 
+    @property
+    def uncertain(self) -> bool:
+        return self.batch_to is BatchStatus.RUNNING
+
 
 STOPPING = frozenset({FailureKind.AUTH, FailureKind.QUOTA, FailureKind.PERMISSION})
 
@@ -76,8 +85,8 @@ CONTINUE_HINTS: dict[FailureKind, str | None] = {
     FailureKind.QUOTA: "add balance or raise the quota, then `postledger retry --kind quota`",
     FailureKind.PERMISSION: "grant the key access to the model, then "
     "`postledger retry --kind permission`",
-    FailureKind.TRANSPORT: "the upstream may still finish the task: recovery polls it "
-    "(a later run), or `postledger retry --kind transport` to send again",
+    FailureKind.TRANSPORT: "the request never reached the upstream; `postledger retry --kind "
+    "transport` sends the posts again",
     FailureKind.TASK_UNKNOWN: "the upstream lost the task; `postledger retry --kind task_unknown`"
     " sends the posts again and may pay twice",
     FailureKind.ATTEMPTS_EXHAUSTED: "`postledger retry --kind attempts_exhausted` allows more "
@@ -92,9 +101,14 @@ CONTINUE_HINTS: dict[FailureKind, str | None] = {
 }
 
 
+def attempt_cap(post: PostRecord, limits: Limits) -> int:
+    """The paid attempts this post may have: the limit, plus what a person allowed beyond it."""
+    return limits.max_attempts + post.extra_attempts
+
+
 def retry_or_fail(post: PostRecord, why: str, kind: FailureKind, limits: Limits) -> PostMove:
     """A paid business retry (a new batch) while the post has attempts left (R15)."""
-    if post.attempts >= limits.max_attempts:
+    if post.attempts >= attempt_cap(post, limits):
         return PostMove(
             post.post_id,
             PostStatus.FAILED,
@@ -115,24 +129,7 @@ def _after_output(
     batch: BatchRecord, posts: list[PostRecord], check: OutputCheck, limits: Limits
 ) -> Decision:
     if check.unusable is not None:
-        if len(posts) > 1 and batch.split_from is None:
-            half = len(posts) // 2
-            halves = [[p.post_id for p in posts[:half]], [p.post_id for p in posts[half:]]]
-            return Decision(
-                BatchStatus.FAILED,
-                f"{check.unusable}; split into halves of {len(halves[0])} and {len(halves[1])}",
-                kind=FailureKind.BATCH_INVALID,
-                halves=halves,
-            )
-        return Decision(
-            BatchStatus.FAILED,
-            check.unusable,
-            kind=FailureKind.BATCH_INVALID,
-            moves=[
-                PostMove(p.post_id, PostStatus.FAILED, check.unusable, FailureKind.BATCH_INVALID)
-                for p in posts
-            ],
-        )
+        return _after_unusable(check.unusable, posts, limits)
     moves = []
     for post in posts:
         if post.post_id in check.valid:
@@ -146,6 +143,43 @@ def _after_output(
         f"{len(check.valid)} completed, {len(posts) - len(check.valid)} invalid",
         moves=moves,
     )
+
+
+def _after_unusable(unusable: str, posts: list[PostRecord], limits: Limits) -> Decision:
+    """R12, R15: the whole output was unusable. Posts never split before are split into two
+    halves, once per lineage (the mark is on the post, so it survives replanning and
+    restarts); posts split before, or with no paid attempt left, end here."""
+    capped = [p for p in posts if p.attempts >= attempt_cap(p, limits)]
+    fresh = [p for p in posts if p not in capped and not p.split]
+    halves: list[list[str]] = []
+    if len(fresh) > 1:
+        half = len(fresh) // 2
+        halves = [[p.post_id for p in fresh[:half]], [p.post_id for p in fresh[half:]]]
+    in_halves = {post_id for half in halves for post_id in half}
+    moves = [
+        PostMove(
+            p.post_id,
+            PostStatus.FAILED,
+            f"{unusable} (after {p.attempts} paid attempts, the limit)",
+            FailureKind.ATTEMPTS_EXHAUSTED,
+        )
+        if p in capped
+        else PostMove(p.post_id, PostStatus.FAILED, unusable, FailureKind.BATCH_INVALID)
+        for p in posts
+        if p.post_id not in in_halves
+    ]
+    why = unusable
+    if halves:
+        why += f"; split into halves of {len(halves[0])} and {len(halves[1])}"
+    return Decision(
+        BatchStatus.FAILED, why, kind=FailureKind.BATCH_INVALID, moves=moves, halves=halves
+    )
+
+
+def uncertain(failure: Failure, why: str, stop_run: str | None = None) -> Decision:
+    """The batch's outcome is not known: it stays running, its posts too, until the upstream
+    says what became of it (a poll) or a person decides (a resubmission)."""
+    return Decision(BatchStatus.RUNNING, why, kind=failure.kind, stop_run=stop_run)
 
 
 def after_failure(
@@ -176,8 +210,30 @@ def _after_failure(
 ) -> Decision:
     # Only the first send of a key can be given back: an earlier send may have been charged.
     refundable = failure.reach is Reach.NEVER and batch.sends == 1 and not batch.upstream_task_id
+    task_id = batch.upstream_task_id
+    stop = _stop_for(failure)
 
-    if failure.kind in STOPPING:
+    if task_id and failure.kind not in (FailureKind.TASK_UNKNOWN, FailureKind.UPSTREAM_FAILED):
+        # R23: the task was made and paid for, and only the upstream can say it is over: a
+        # poll that failed (for good, for now, or past our deadline) leaves it to recovery.
+        why = f"{failure.reason}; task {task_id} may still deliver: a later run polls it"
+        return uncertain(failure, why, stop)
+
+    if failure.misconfigured and refundable:
+        # Nothing left as configured: the posts wait, unpaid, for the fix.
+        return Decision(
+            BatchStatus.FAILED,
+            failure.reason,
+            kind=failure.kind,
+            moves=[
+                PostMove(p.post_id, PostStatus.PENDING, f"{failure.reason}: not sent", refund=True)
+                for p in posts
+            ],
+            nothing_charged=True,
+            stop_run=stop,
+        )
+
+    if failure.kind in STOPPING and failure.reach is Reach.NEVER:
         return Decision(
             BatchStatus.FAILED,
             failure.reason,
@@ -189,12 +245,12 @@ def _after_failure(
                 for p in posts
             ],
             nothing_charged=refundable,
-            stop_run=f"{failure.kind.value}: {failure.reason} — {CONTINUE_HINTS[failure.kind]}",
+            stop_run=stop,
         )
 
     if failure.kind is FailureKind.TASK_UNKNOWN:
         # R26: never answered with a silent new task.
-        why = f"{failure.reason}: the upstream no longer knows task {batch.upstream_task_id}"
+        why = f"{failure.reason}: the upstream no longer knows task {task_id}"
         return Decision(
             BatchStatus.FAILED,
             why,
@@ -202,23 +258,13 @@ def _after_failure(
             moves=[PostMove(p.post_id, PostStatus.FAILED, why, failure.kind) for p in posts],
         )
 
-    if failure.kind is FailureKind.UPSTREAM_FAILED and batch.upstream_task_id:
-        # The task ran and failed upstream: paid for, and worth one more paid attempt.
+    if failure.kind is FailureKind.UPSTREAM_FAILED:
+        # The upstream said the work failed: paid for, and worth one more paid attempt.
         return Decision(
             BatchStatus.FAILED,
             failure.reason,
             kind=failure.kind,
             moves=[retry_or_fail(p, failure.reason, failure.kind, limits) for p in posts],
-        )
-
-    if failure.kind is FailureKind.TRANSPORT and batch.upstream_task_id:
-        # Polling gave up; the task exists and may still finish. Recovery polls it.
-        why = f"{failure.reason} (task {batch.upstream_task_id} may still finish upstream)"
-        return Decision(
-            BatchStatus.FAILED,
-            why,
-            kind=failure.kind,
-            moves=[PostMove(p.post_id, PostStatus.FAILED, why, failure.kind) for p in posts],
         )
 
     wait = _wait_seconds(failure, limits)
@@ -234,9 +280,10 @@ def _after_failure(
             kind=failure.kind,
             moves=moves,
             nothing_charged=True,
+            stop_run=stop,
         )
 
-    if idempotent and posts and all(p.requeues < limits.max_requeues for p in posts):
+    if idempotent and not stop and posts and all(p.requeues < limits.max_requeues for p in posts):
         # The upstream may hold this task already: send the same key again, which is answered
         # with that task at no new charge, or makes it once if it never arrived.
         not_before = now + timedelta(
@@ -257,18 +304,23 @@ def _after_failure(
             batch_not_before=not_before,
         )
 
-    why = (
-        f"{failure.reason}; the upstream may have made and charged the task"
+    # R24: the create may have reached the upstream, which may have made and charged it.
+    # Uncertain, not failed: recovery looks for it, or asks a person before sending it again.
+    why = f"{failure.reason}; the upstream may have made and charged it" + (
+        ""
         if idempotent
-        else f"{failure.reason}; the create may have reached the upstream, which does not honour "
-        "idempotency keys: not resent automatically, to avoid paying twice"
+        else ", and it does not honour idempotency keys: not sent again without a yes"
     )
-    return Decision(
-        BatchStatus.FAILED,
-        why,
-        kind=failure.kind,
-        moves=[PostMove(p.post_id, PostStatus.FAILED, why, failure.kind) for p in posts],
-    )
+    return uncertain(failure, why, stop)
+
+
+def _stop_for(failure: Failure) -> str | None:
+    """What a person must fix before anything more is sent, for the failures that stop a run."""
+    if failure.misconfigured:
+        return f"{failure.reason}. Nothing more is sent until the configuration is fixed."
+    if failure.kind in STOPPING:
+        return f"{failure.kind.value}: {failure.reason} — {CONTINUE_HINTS[failure.kind]}"
+    return None
 
 
 def _wait_seconds(failure: Failure, limits: Limits) -> float:

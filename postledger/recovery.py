@@ -48,13 +48,10 @@ def finish_saved_outputs(ledger: Ledger, month: str, limits: Limits) -> list[str
 
 
 def import_spill(ledger: Ledger, spill: Spill, price: Price | None = None) -> int:
-    """R20: take in the spill file, then move it aside. Returns the records taken in."""
-    records = spill.records()
-    if not records:
-        return 0
-    taken = ledger.import_spill(records, price)
-    spill.archive()
-    return taken
+    """R20: take in the month's spill file, then move it aside, under the file's lock (a batch
+    of another run may be appending to it). Returns the records taken in."""
+    taken = spill.take(lambda records: ledger.import_spill(records, price))
+    return taken or 0
 
 
 # --- batches interrupted without a saved output (R22-R26) -----------------------------------

@@ -63,6 +63,8 @@ def run_month(
             simulator = simulator_process(latency=sim_latency)
             # One name for every run's simulator, whatever its port: its breaker persists (R19).
             os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
+            # The bundled simulator honours idempotency keys, as the task API kind may not.
+            os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
         url = running.enter_context(simulator)
         if not settings.upstream_url and settings.upstream_kind is not UpstreamKind.TASK_API:
             url = f"{url}/v1"  # the simulator's OpenAI face: a base URL with its version

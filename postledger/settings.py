@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from postledger.policy import Limits
 from postledger.spend import DEFAULT_PRICES, Price
+from postledger.spill import month_file
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
@@ -76,10 +77,18 @@ class Settings(BaseSettings):
     model: str = "sim-analyst-1"
     prompt: str = DEFAULT_PROMPT
     upstream_idempotent: bool = Field(
-        default=True,
-        description="task_api only: the upstream honours Idempotency-Key, so a create may be "
-        "retried safely. openai_chat never does (ignored); openai_batch looks its batch up by "
-        "metadata before every create instead (ignored)",
+        default=False,
+        description="task_api only: set true if the upstream honours Idempotency-Key (a create "
+        "sent again under the same key never makes, nor charges, a second task); then an "
+        "ambiguous create is retried safely. Unset: an ambiguous create is never resent "
+        "without a person's yes. openai_chat and openai_batch never honour keys (ignored)",
+    )
+    create_settle: float = Field(
+        default=10.0,
+        ge=0,
+        description="openai_batch: seconds to wait, after a create whose answer was lost, "
+        "before looking for the batch it may have made (a new batch takes a moment to be "
+        "listed)",
     )
     completion_window: str = Field(
         default="24h",
@@ -177,11 +186,11 @@ class Settings(BaseSettings):
 
     def honours_keys(self) -> bool:
         """Whether a create sent again under the same idempotency key can never pay twice."""
-        if self.upstream_kind is UpstreamKind.OPENAI_CHAT:
-            return False  # no idempotency keys, and no task to find again
-        if self.upstream_kind is UpstreamKind.OPENAI_BATCH:
-            return True  # every create first looks for the batch made under its key
-        return self.upstream_idempotent
+        if self.upstream_kind is UpstreamKind.TASK_API:
+            return self.upstream_idempotent
+        # Chat completions take no keys; the Batch API's listing may not show a batch made a
+        # moment ago, so looking it up first is no guarantee.
+        return False
 
     def price(self) -> Price | None:
         """The price of the configured model; None if the table has none."""
@@ -197,13 +206,17 @@ class Settings(BaseSettings):
         return f"{parsed.hostname}:{parsed.port}" if parsed.port else str(parsed.hostname)
 
     def resolved_spill_path(self) -> Path:
-        """R20: the append-only file that keeps what the ledger could not take."""
+        """R20: where the append-only spill files live (one per month, `spill_file`)."""
         if self.spill_path:
             return self.spill_path
         url = make_url(self.resolved_database_url(create_folder=False))
         if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
             return Path(f"{url.database}.spill.jsonl")
         return Path.cwd() / ".postledger" / "spill.jsonl"
+
+    def spill_file(self, month: str) -> Path:
+        """The spill file of one month (postledger.spill)."""
+        return month_file(self.resolved_spill_path(), month)
 
     def resolved_database_url(self, *, create_folder: bool = True) -> str:
         """The ledger's URL: POSTLEDGER_DATABASE_URL, or SQLite at ./.postledger/ledger.db."""

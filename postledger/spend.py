@@ -7,6 +7,7 @@ per million tokens, in micro-units: `{"input": 150000, "output": 600000}` is $0.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,3 +69,14 @@ def money(micro: int) -> str:
     sign = "-" if micro < 0 else ""
     whole, part = divmod(abs(micro), PER_MILLION)
     return f"{sign}{whole}.{part:06d}"
+
+
+def unpriced_budget(model: str) -> str:
+    """Why a budget cannot be applied to a model with no price, and how to fix it."""
+    example = json.dumps({model: {"input": 150_000, "output": 600_000}})
+    return (
+        "a monthly budget is set (POSTLEDGER_MAX_COST), but the price table has no price for "
+        f"the model {model!r}, so the budget could not be applied. Add its price per million "
+        f"tokens in micro-units, e.g. POSTLEDGER_PRICES='{example}' ($0.15 / $0.60), or unset "
+        "POSTLEDGER_MAX_COST"
+    )

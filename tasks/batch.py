@@ -3,12 +3,16 @@
 
 queued -> running (persisted before paying, R3) -> upstream task id saved -> raw output saved as
 received (R4) -> checked -> the business decision applied. Every step is written to the ledger
-before the next one starts, so a crash anywhere leaves a record to recover from.
+before the next one starts, so a crash anywhere leaves a record to recover from. A ledger
+write that fails on the way stops new batches (R20); what the batch already paid for is kept
+in the spill file, and if even that cannot be written the run stops loudly with the facts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from logging import Logger, LoggerAdapter
+from typing import Any
 
 from prefect import get_run_logger
 
@@ -17,18 +21,29 @@ from postledger.charges import BudgetHeld
 from postledger.crash import CrashPoint, crash_point
 from postledger.db import LedgerUnavailable
 from postledger.failures import failure_of
-from postledger.ledger import LedgerError, open_ledger
-from postledger.models import BatchStatus, FailureKind, utcnow
+from postledger.ledger import Ledger, open_ledger
+from postledger.ledger_reads import LedgerError
+from postledger.models import BatchRecord, BatchStatus, FailureKind, PostRecord, utcnow
+from postledger.month_lease import MonthLost
 from postledger.policy import Decision, Failure, after_failure
 from postledger.recovery import finish_from_output
-from postledger.settings import current_settings
-from postledger.spill import Spill, SpillKind
-from postledger.upstream import TaskSnapshot, UpstreamError
+from postledger.settings import Settings, current_settings
+from postledger.spill import SpillFailed, SpillKind, spill_for
+from postledger.upstream import (
+    AmbiguousCreate,
+    TaskSnapshot,
+    TransportError,
+    UpstreamError,
+)
+from postledger.upstreams import UpstreamNotConfigured, can_list, check_configured
 from tasks.upstream_calls import (
     create_upstream_task,
+    find_upstream_task,
     wait_for_upstream_task,
     with_request_retries,
 )
+
+RunLogger = Logger | LoggerAdapter[Any]
 
 
 @dataclass(frozen=True)
@@ -43,31 +58,61 @@ class BatchOutcome:
     over_budget: str | None = None  # not started: it could cross the month's max_cost
 
     @classmethod
-    def of(cls, batch_id: str, decision: Decision) -> BatchOutcome:
-        return cls(batch_id, decision.batch_to, decision.why, decision.kind, decision.stop_run)
+    def of(cls, batch_id: str, decision: Decision, ledger_failure: str | None) -> BatchOutcome:
+        return cls(
+            batch_id,
+            decision.batch_to,
+            decision.why,
+            decision.kind,
+            decision.stop_run,
+            ledger_failure=ledger_failure,
+        )
 
 
-async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) -> BatchOutcome:
-    """Send the batch and see it through, inside the task run of the lane that holds its slot
-    (not a task run of its own: a nested one costs ~5 ms between two batches; its two HTTP
-    calls are task runs, named after it). With `resume`, the batch was sent by an earlier,
-    interrupted run and its upstream task id is saved: poll that task, send nothing (R23)."""
+@dataclass
+class _Trip:
+    """One batch's way through its upstream calls: what the ledger could not take on the way
+    (the batch goes on regardless: it is paid for)."""
+
+    ledger: Ledger
+    batch: BatchRecord
+    posts: list[PostRecord]
+    settings: Settings
+    logger: RunLogger
+    ledger_failure: str | None = field(default=None)
+
+    @property
+    def batch_id(self) -> str:
+        return self.batch.batch_id
+
+
+async def process_batch(
+    batch_id: str, ledger_url: str, resume: bool = False, holder: str | None = None
+) -> BatchOutcome:
+    """Send the batch and see it through, inside the task run of the lane that holds its slot.
+    With `resume`, the batch was sent by an earlier, interrupted run and its upstream task id
+    is saved: poll that task, send nothing (R23). `holder`: the run's claim on the month,
+    checked in the transaction that marks the batch running."""
     logger = get_run_logger()
     settings = current_settings()
-    upstream = settings.breaker_name()
     ledger = open_ledger(ledger_url)
     if resume:
         batch, posts = ledger.batch(batch_id), ledger.posts_of(batch_id)
     else:
         try:
+            check_configured(settings)  # a batch is never marked running for nothing
             batch, posts = ledger.mark_running(
                 batch_id,
-                upstream,
+                settings.breaker_name(),
                 idempotent=settings.honours_keys(),
                 price=settings.price(),
                 prompt=settings.prompt,
                 max_cost=settings.max_cost,
+                holder=holder,
+                max_attempts=settings.max_attempts,
             )
+        except (UpstreamNotConfigured, MonthLost) as exc:
+            return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), stop_run=str(exc))
         except BreakerHeld as exc:
             return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), held=True)
         except BudgetHeld as exc:
@@ -76,71 +121,145 @@ async def process_batch(batch_id: str, ledger_url: str, resume: bool = False) ->
             return BatchOutcome(batch_id, BatchStatus.QUEUED, "not sent", ledger_failure=str(exc))
         crash_point(CrashPoint.AFTER_RUNNING)
 
+    trip = _Trip(ledger, batch, posts, settings, logger)
     try:
-        if resume:
-            if batch.upstream_task_id is None:
-                raise LedgerError(f"batch {batch_id} has no task id to poll")
-            task_id: str | None = batch.upstream_task_id
-            finished: TaskSnapshot | None = None
-        else:
-            created = await with_request_retries(create_upstream_task, settings)(
-                batch_id,
-                [(post_id, text) for post_id, text in batch.request or []],
-                batch.idempotency_key,
-                ledger_url,
-            )
-            task_id, finished = created.task_id, created.finished
-        if finished is not None:  # a synchronous upstream answered the create itself
-            snapshot = finished
-        elif task_id is None:
-            raise UpstreamError("the upstream gave neither a task id nor a result")
-        else:
-            snapshot = await with_request_retries(wait_for_upstream_task, settings)(
-                batch_id, task_id, ledger_url
-            )
-        if snapshot.output is None:
-            raise UpstreamError(
-                f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
-            )
+        return await _see_through(trip, resume)
+    except LedgerUnavailable as exc:
+        logger.error("%s: the ledger could not be written: %s", batch_id, exc)
+        return BatchOutcome(batch_id, BatchStatus.RUNNING, "not saved", ledger_failure=str(exc))
+    except SpillFailed as exc:
+        logger.critical("%s: %s", batch_id, exc)
+        return BatchOutcome(batch_id, BatchStatus.RUNNING, str(exc), ledger_failure=str(exc))
+
+
+async def _see_through(trip: _Trip, resume: bool) -> BatchOutcome:
+    settings, ledger, batch_id = trip.settings, trip.ledger, trip.batch_id
+    try:
+        snapshot, task_id = await _result_of(trip, resume)
     except UpstreamError as exc:
         failure: Failure = failure_of(exc)
-        logger.warning("%s: %s (%s)", batch_id, failure.reason, failure.kind)
-        try:
-            decision = after_failure(
-                ledger.batch(batch_id),
-                posts,
-                failure,
-                idempotent=settings.honours_keys(),
-                limits=settings.limits(),
-                now=utcnow(),
-            )
-            ledger.apply(batch_id, decision, upstream=upstream)
-        except LedgerUnavailable as ledger_exc:
-            return BatchOutcome(
-                batch_id, BatchStatus.RUNNING, failure.reason, ledger_failure=str(ledger_exc)
-            )
-        return BatchOutcome.of(batch_id, decision)
+        trip.logger.warning("%s: %s (%s)", batch_id, failure.reason, failure.kind)
+        if isinstance(exc, TransportError) and exc.maybe_sent:
+            _count_gateway_retries(trip, getattr(exc, "gateway_retries", 0))
+        decision = after_failure(
+            ledger.batch(batch_id),
+            trip.posts,
+            failure,
+            idempotent=settings.honours_keys(),
+            limits=settings.limits(),
+            now=utcnow(),
+        )
+        ledger.apply(batch_id, decision, upstream=settings.breaker_name())
+        return BatchOutcome.of(batch_id, decision, trip.ledger_failure)
 
     crash_point(CrashPoint.AFTER_OUTPUT)
+    assert snapshot.output is not None
     try:
         ledger.save_output(batch_id, snapshot.output, snapshot.usage, settings.price())
     except LedgerUnavailable as exc:
         # R20: paid for and delivered; the next run imports it instead of paying again.
-        Spill(settings.resolved_spill_path()).add(
+        spill_for(settings, batch_id).add(
             SpillKind.OUTPUT,
             batch_id,
             task_id=task_id,
             output=snapshot.output,
             usage=snapshot.usage,
         )
-        logger.error("%s: output kept in the spill file: %s", batch_id, exc)
+        trip.logger.error("%s: output kept in the spill file: %s", batch_id, exc)
         return BatchOutcome(batch_id, BatchStatus.RUNNING, "spilled", ledger_failure=str(exc))
 
     crash_point(CrashPoint.DURING_VALIDATION)
     try:
-        decision = finish_from_output(ledger, batch_id, settings.limits(), upstream)
+        decision = finish_from_output(ledger, batch_id, settings.limits(), settings.breaker_name())
     except LedgerUnavailable as exc:  # the output is saved: the next run validates it (R21)
         return BatchOutcome(batch_id, BatchStatus.RECEIVED, "saved", ledger_failure=str(exc))
     crash_point(CrashPoint.AFTER_COMPLETED)
-    logger.info("%s: %s", batch_id, decision.why)
-    return BatchOutcome.of(batch_id, decision)
+    trip.logger.info("%s: %s", batch_id, decision.why)
+    return BatchOutcome.of(batch_id, decision, trip.ledger_failure)
+
+
+async def _result_of(trip: _Trip, resume: bool) -> tuple[TaskSnapshot, str | None]:
+    """The batch's finished upstream result and its task id (None for a synchronous upstream);
+    raises the `UpstreamError` that ended it otherwise."""
+    settings, batch = trip.settings, trip.batch
+    if resume:
+        if batch.upstream_task_id is None:
+            raise LedgerError(f"batch {batch.batch_id} has no task id to poll")
+        task_id: str | None = batch.upstream_task_id
+        finished: TaskSnapshot | None = None
+    else:
+        task_id, finished = await _create(trip)
+    if finished is not None:  # a synchronous upstream answered the create itself
+        snapshot = finished
+    elif task_id is None:
+        raise UpstreamError("the upstream gave neither a task id nor a result")
+    else:
+        snapshot = await with_request_retries(wait_for_upstream_task, settings)(
+            batch.batch_id, task_id, trip.ledger.url
+        )
+    if snapshot.output is None:
+        raise UpstreamError(
+            f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
+        )
+    return snapshot, task_id
+
+
+async def _create(trip: _Trip) -> tuple[str | None, TaskSnapshot | None]:
+    """Create (and pay for) the batch's upstream work; its task id is saved at once (R23)."""
+    settings, batch = trip.settings, trip.batch
+    try:
+        created = await with_request_retries(create_upstream_task, settings)(
+            batch.batch_id,
+            [(post_id, text) for post_id, text in batch.request or []],
+            batch.idempotency_key,
+            trip.ledger.url,
+        )
+    except AmbiguousCreate:
+        if not can_list(settings):
+            raise
+        # It may have been made: look for it by its metadata once the upstream shows it,
+        # never create it again here (R24). Not found: uncertain, for recovery to look again.
+        found = await with_request_retries(find_upstream_task, settings)(
+            batch.batch_id, batch.idempotency_key, settle=settings.create_settle
+        )
+        if found is None:
+            raise
+        _save_task_id(
+            trip,
+            found,
+            adopted=f"found upstream task {found} by its metadata after "
+            "an answer to its create was lost; it is polled, not paid again",
+        )
+        return found, None
+    crash_point(CrashPoint.AFTER_CREATE)
+    _count_gateway_retries(trip, getattr(created, "gateway_retries", 0))
+    if created.task_id is not None:
+        _save_task_id(trip, created.task_id)
+    crash_point(CrashPoint.AFTER_TASK_ID)
+    return created.task_id, created.finished
+
+
+def _save_task_id(trip: _Trip, task_id: str, adopted: str | None = None) -> None:
+    """R23, R20: the paid task's id in the ledger, or else in the spill file (and no new batch
+    starts); if neither can be written, `SpillFailed` says the id out loud."""
+    try:
+        trip.ledger.record_task_id(trip.batch_id, task_id, adopted=adopted)
+    except LedgerUnavailable as exc:
+        spill_for(trip.settings, trip.batch_id).add(
+            SpillKind.TASK_ID, trip.batch_id, task_id=task_id
+        )
+        trip.logger.error("%s: task id %s kept in the spill file: %s", trip.batch_id, task_id, exc)
+        trip.ledger_failure = trip.ledger_failure or str(exc)
+
+
+def _count_gateway_retries(trip: _Trip, retries: int) -> None:
+    if retries <= 0:
+        return
+    trip.logger.warning(
+        "%s: the gateway retried the request %dx on its own: each may have been charged",
+        trip.batch_id,
+        retries,
+    )
+    trip.ledger.count_gateway_retries(
+        trip.batch_id, retries, price=trip.settings.price(), prompt=trip.settings.prompt
+    )

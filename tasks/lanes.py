@@ -83,9 +83,10 @@ class Lanes:
     A lane is idle once the flow has *taken* its last batch's end (`wait_ended`): only then
     has the flow had the chance to give it the next batch, so only then is it released."""
 
-    def __init__(self, ledger_url: str) -> None:
+    def __init__(self, ledger_url: str, holder: str | None = None) -> None:
         self.pool_id = uuid.uuid4().hex
         self._ledger_url = ledger_url
+        self.holder = holder  # the run's claim on its month, checked as each batch starts
         self._lock = threading.Lock()
         self._ended: queue.SimpleQueue[Ended] = queue.SimpleQueue()
         self._lanes: dict[str, _Lane] = {}  # alive: running a batch, or waiting for a word
@@ -215,7 +216,9 @@ async def run_lane(pool_id: str, lane_id: str, ledger_url: str) -> int:
     ran = 0
     while job is not None:
         try:
-            outcome = await process_batch(job.batch_id, ledger_url, resume=job.resume)
+            outcome = await process_batch(
+                job.batch_id, ledger_url, resume=job.resume, holder=lanes.holder
+            )
             ended = Ended(job.batch_id, outcome=outcome)
         except Exception as exc:  # R17: one broken batch must not stop the others
             ended = Ended(job.batch_id, error=exc)

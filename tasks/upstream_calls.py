@@ -4,6 +4,7 @@ faults only. Business retries (new attempts, bisection, waiting) live in the led
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -15,12 +16,11 @@ from prefect.runtime import task_run as current_task_run
 from prefect.states import State
 from prefect.tasks import exponential_backoff
 
-from postledger.crash import CrashPoint, crash_point
 from postledger.db import LedgerUnavailable
 from postledger.ledger import open_ledger
 from postledger.recovery import adopt_orphans
 from postledger.settings import Settings, current_settings
-from postledger.spill import Spill, SpillKind
+from postledger.spill import SpillKind, spill_for
 from postledger.upstream import (
     AmbiguousCreate,
     Created,
@@ -54,11 +54,14 @@ def _with_retries(call: Task[..., Any], retries: int, backoff: float) -> Task[..
 
 
 def _count_retry(ledger_url: str, batch_id: str, settings: Settings) -> None:
+    """A retry is counted before it is made (R16). If the ledger cannot take the count, it is
+    spilled and the call is not made: the batch stops here, and no new batch starts (R20)."""
     if current_task_run.run_count > 1:
         try:
             open_ledger(ledger_url).count_request_retry(batch_id)
-        except LedgerUnavailable:  # the batch is already paid for: keep the count, go on
-            Spill(settings.resolved_spill_path()).add(SpillKind.REQUEST_RETRY, batch_id)
+        except LedgerUnavailable:
+            spill_for(settings, batch_id).add(SpillKind.REQUEST_RETRY, batch_id)
+            raise
 
 
 @task(
@@ -74,8 +77,8 @@ async def create_upstream_task(
     idempotency_key: str,
     ledger_url: str,
 ) -> Created:
-    """Create (and pay for) the upstream task of a batch; its id, when the upstream keeps one,
-    is saved before returning. A synchronous upstream answers with the finished result.
+    """Create (and pay for) the upstream task of a batch. A synchronous upstream answers with
+    the finished result. The caller saves the task id the moment this returns (R23).
 
     Retried only when that cannot pay twice: the request never left, or the upstream honours
     the idempotency key that every create carries."""
@@ -83,25 +86,13 @@ async def create_upstream_task(
     _count_retry(ledger_url, batch_id, settings)
     async with upstream_for(settings) as client:
         try:
-            created = await client.create(
+            return await client.create(
                 CreateRequest(batch_id, settings.model, settings.prompt, posts, idempotency_key)
             )
         except TransportError as exc:
             if exc.maybe_sent and not client.honours_keys:
                 raise AmbiguousCreate(str(exc)) from None
             raise
-    crash_point(CrashPoint.AFTER_CREATE)
-    if created.task_id is None:
-        return created  # no task upstream: nothing to save, nothing to poll
-    task_id = created.task_id
-    try:
-        open_ledger(ledger_url).record_task_id(batch_id, task_id)
-    except LedgerUnavailable:
-        # R20: the task is made and paid for; keep its id where the next run finds it, and
-        # let the batch finish.
-        Spill(settings.resolved_spill_path()).add(SpillKind.TASK_ID, batch_id, task_id=task_id)
-    crash_point(CrashPoint.AFTER_TASK_ID)
-    return created
 
 
 @task(
@@ -122,6 +113,24 @@ async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -
             poll_wait=settings.poll_wait,
             deadline=settings.wait_deadline(),
         )
+
+
+@task(
+    name="find-upstream-task",
+    task_run_name="find {batch_id}",
+    retry_condition_fn=retry_transient,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+async def find_upstream_task(
+    batch_id: str, idempotency_key: str, settle: float = 0.0
+) -> str | None:
+    """The upstream task made for this batch and key, looked for by its metadata after
+    `settle` seconds (a new task takes a moment to be listed). Listing never pays."""
+    await asyncio.sleep(settle)
+    settings = current_settings()
+    async with upstream_for(settings) as client:
+        return await client.find_task(batch_id=batch_id, idempotency_key=idempotency_key)
 
 
 @task(

@@ -115,8 +115,12 @@ class Sim:
 
 
 def start_sim(monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[Sim]:
+    """The simulator, and the settings that point at it: as it honours idempotency keys
+    (unless told not to), the upstream is configured as honouring them, as a user would."""
     with simulator_process(**options) as url:
         monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", url)
+        honours = str(options.get("honour_keys", True)).lower()
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", honours)
         yield Sim(url)
 
 

@@ -81,7 +81,9 @@ def deployed(
         setup_env = {**env, "POSTLEDGER_DATABASE_URL": ledger_url}
         out = _run([sys.executable, "-m", "postledger", "setup"], setup_env)
         assert DB_PASSWORD not in out and f"work pool {POOL}" in out
-        _run([sys.executable, "-c", _SAVE_BLOCKS, sim_url, API_KEY, ledger_url], env)
+        spill = work / "spill"  # shared by both workers, as a shared volume would be
+        spill.mkdir()
+        _run([sys.executable, "-c", _SAVE_BLOCKS, sim_url, API_KEY, ledger_url, str(spill)], env)
         _run([sys.executable, "-m", "prefect", "deploy", "--all"], env)
 
         workers, logs = [], []
@@ -115,10 +117,10 @@ _SAVE_BLOCKS = """
 import sys
 from pydantic import SecretStr
 from blocks import PostledgerLedger, PostledgerUpstream
-url, key, ledger_url = sys.argv[1:4]
+url, key, ledger_url, spill = sys.argv[1:5]
 upstream = PostledgerUpstream(base_url=url, name="e2e-sim", api_key=SecretStr(key))
 upstream.save("sim", overwrite=True)
-PostledgerLedger(database_url=SecretStr(ledger_url)).save("main", overwrite=True)
+PostledgerLedger(database_url=SecretStr(ledger_url), spill_path=spill).save("main", overwrite=True)
 """
 
 

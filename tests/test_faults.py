@@ -255,28 +255,36 @@ def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
 
 
 @pytest.mark.parametrize("faulty", ["create:timeout_after_create#1;hold=3"], indirect=True)
-def test_ambiguous_create_without_idempotency_is_never_resent(
+def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
     prefect_harness: None,
     faulty: Sim,
     ledger: Ledger,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from postledger.recovery import RecoveryAction, recovery_plan
+    from postledger.settings import Settings
+
     monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", "false")
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
     run(tmp_path, 30)
     assert faulty.stats()["requests"]["create"] == 2  # the ambiguous one, then the next batch
     first, second = ledger.batches(MONTH)
+    # Uncertain, not failed: it may have been made and charged, and nothing says otherwise.
     assert (first.status, first.failure_kind, first.charge) == (
-        BatchStatus.FAILED,
-        FailureKind.TRANSPORT,
+        BatchStatus.RUNNING,
+        None,
         Charge.POSSIBLE,
     )
-    assert "not resent automatically" in (first.failure_reason or "")
     assert first.request_retries == 0
     assert second.status is BatchStatus.COMPLETED
-    assert statuses(ledger) == {"failed": 25, "completed": 5}
+    assert statuses(ledger) == {"running": 25, "completed": 5}
     assert_attempts_are_charges(ledger, faulty)  # the upstream did make it: 1 charge, 1 attempt
+    assert ledger.retry_failed(MONTH) == 0  # nothing to resend behind a person's back
+    plan = recovery_plan(ledger, MONTH, Settings())
+    (step,) = plan.steps
+    assert (step.batch_id, step.action) == (first.batch_id, RecoveryAction.RESUBMIT)
+    assert "charged twice" in step.why and plan.double_charge_cost > 0
 
 
 def test_connection_refused_costs_nothing_and_is_bounded(

@@ -91,7 +91,7 @@ def test_unwritable_ledger_stops_new_work_and_the_next_run_imports_the_spill(
     in_flight = [b for b in ledger.batches(MONTH) if b.status is BatchStatus.RUNNING]
     assert in_flight, "the lock should have caught batches in flight"
     assert all(b.batch_id in str(stopped) for b in in_flight)
-    spill_path = tmp_path / "ledger.db.spill.jsonl"
+    spill_path = tmp_path / f"ledger.db.spill-{MONTH}.jsonl"  # one spill file per month
     spilled = [json.loads(line) for line in spill_path.read_text().splitlines()]
     assert {r["batch_id"] for r in spilled if r["kind"] == "output"} == {
         b.batch_id for b in in_flight
@@ -100,7 +100,7 @@ def test_unwritable_ledger_stops_new_work_and_the_next_run_imports_the_spill(
     monthly_posts(month=MONTH, posts_path=str(posts))  # the database is back
 
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
-    assert not spill_path.exists() and list(tmp_path.glob("ledger.db.spill.jsonl.imported-*"))
+    assert not spill_path.exists() and list(tmp_path.glob(f"{spill_path.name}.imported-*"))
     charges = slow_sim.charges()
     assert len(charges) == len({c["idempotency_key"] for c in charges})  # nobody paid twice
     paid = Counter(pid for c in charges for pid in c["post_ids"])

@@ -30,7 +30,19 @@ from postledger.upstream import (
 from postledger.upstreams.openai_batch import OpenAIBatchClient
 from postledger.upstreams.openai_chat import OpenAIChatClient
 
-__all__ = ["CreateRequest", "Created", "Upstream", "can_list", "upstream_for"]
+__all__ = [
+    "CreateRequest",
+    "Created",
+    "Upstream",
+    "UpstreamNotConfigured",
+    "can_list",
+    "check_configured",
+    "upstream_for",
+]
+
+
+class UpstreamNotConfigured(ValueError):
+    """No upstream is configured: nothing can be sent, so nothing may be marked running."""
 
 
 class Upstream(Protocol):
@@ -70,10 +82,20 @@ def can_list(settings: Settings) -> bool:
     return _CLIENTS[settings.upstream_kind].can_list
 
 
+def check_configured(settings: Settings) -> None:
+    """Raise `UpstreamNotConfigured`, saying how to fix it, when no upstream is set."""
+    if not settings.upstream_url:
+        raise UpstreamNotConfigured(
+            "no upstream is configured: set POSTLEDGER_UPSTREAM_URL (and POSTLEDGER_API_KEY) "
+            "on the worker, or name a postledger-upstream block in the deployment's "
+            "upstream_block parameter"
+        )
+
+
 def upstream_for(settings: Settings) -> Upstream:
     """The client of the configured upstream; use it as `async with`."""
-    if not settings.upstream_url:
-        raise RuntimeError("no upstream configured: set POSTLEDGER_UPSTREAM_URL")
+    check_configured(settings)
+    assert settings.upstream_url is not None
     timeouts = Timeouts(connect=settings.connect_timeout, read=settings.read_timeout)
     honours_keys = settings.honours_keys()
     if settings.upstream_kind is UpstreamKind.OPENAI_CHAT:

@@ -1,5 +1,5 @@
-"""The money edges (issue 14): each post's split and extra attempts, each batch's upstream and
-gateway retries, and the spill records already imported.
+"""The money edges (issue 14): each post's split and extra attempts, each batch's upstream,
+sender and gateway retries, and the spill records already imported.
 
 Revision ID: 0003
 Revises: 0002
@@ -19,12 +19,13 @@ branch_labels = None
 depends_on = None
 
 
-COLUMNS = {
+COLUMNS: dict[tuple[str, str], sa.Column[object]] = {
     ("posts", "extra_attempts"): sa.Column(
         "extra_attempts", sa.Integer(), nullable=False, server_default="0"
     ),
     ("posts", "split"): sa.Column("split", sa.Boolean(), nullable=False, server_default=sa.false()),
     ("batches", "upstream"): sa.Column("upstream", sa.String(), nullable=True),
+    ("batches", "sent_by"): sa.Column("sent_by", sa.String(), nullable=True),
     ("batches", "gateway_retries"): sa.Column(
         "gateway_retries", sa.Integer(), nullable=False, server_default="0"
     ),
@@ -58,6 +59,7 @@ def _spill_imports() -> None:
 def downgrade() -> None:
     op.drop_table("spill_imports")
     op.drop_column("batches", "gateway_retries")
+    op.drop_column("batches", "sent_by")
     op.drop_column("batches", "upstream")
     op.drop_column("posts", "split")
     op.drop_column("posts", "extra_attempts")
