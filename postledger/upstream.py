@@ -4,6 +4,11 @@ It makes exactly one HTTP request per call and turns what happened into a typed 
 typed error; deciding what to do about an error is the business layer's job, not this one's.
 The API key travels only in the Authorization header: never in a log line, an exception
 message or the ledger.
+
+Every request carries `x-litellm-num-retries: 0`: a gateway that retries failed calls on its
+own (the LiteLLM proxy does by default) would otherwise send a paid request again behind our
+back. A gateway's report of retries it made anyway (`x-litellm-attempted-retries`) is read
+into `Created.gateway_retries` and into the raised error's `gateway_retries`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ import httpx
 from pydantic import SecretStr
 
 TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+
+# Sent on every request: a LiteLLM proxy in front of the upstream must not retry on its own
+# (a retry after the model ran is a second charge the ledger never sees). Servers that do not
+# know the header ignore it.
+GATEWAY_NO_RETRIES = {"x-litellm-num-retries": "0"}
+# Where a gateway reports the retries it made on its own for this response.
+GATEWAY_RETRIES_HEADER = "x-litellm-attempted-retries"
 
 
 class TaskStatus(StrEnum):
@@ -64,14 +76,23 @@ class Created:
 
     task_id: str | None
     finished: TaskSnapshot | None = None
+    # Retries a gateway in front of the upstream reported making on its own for this create
+    # (`x-litellm-attempted-retries`): each may have been charged.
+    gateway_retries: int = 0
 
 
 class UpstreamError(Exception):
-    """A call to the upstream did not give a usable answer."""
+    """A call to the upstream did not give a usable answer.
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    `gateway_retries`: the retries a gateway in front of the upstream reported making on its
+    own for the failing call (0 when none were reported, or there was no answer)."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, gateway_retries: int = 0
+    ) -> None:
         super().__init__(message)
         self.http_status = status
+        self.gateway_retries = gateway_retries
 
 
 class TaskStillRunning(UpstreamError):
@@ -86,8 +107,15 @@ class TransportError(UpstreamError):
     connection was not made), so a create can be retried without any risk of paying twice.
     """
 
-    def __init__(self, message: str, *, maybe_sent: bool, status: int | None = None) -> None:
-        super().__init__(message, status=status)
+    def __init__(
+        self,
+        message: str,
+        *,
+        maybe_sent: bool,
+        status: int | None = None,
+        gateway_retries: int = 0,
+    ) -> None:
+        super().__init__(message, status=status, gateway_retries=gateway_retries)
         self.maybe_sent = maybe_sent
 
 
@@ -96,9 +124,27 @@ class AmbiguousCreate(UpstreamError):
     answer came back: sending it again could pay twice, so it is not retried automatically."""
 
 
+@dataclass(frozen=True)
+class ErrorBody:
+    """An error answer's body as OpenAI writes it, `{"error": {"message", "type", "code"}}`;
+    gateways wrap a provider's error the same way (LiteLLM: type `throttling_error`, code
+    `"429"`, the provider's message)."""
+
+    type: str | None = None
+    code: str | None = None
+    message: str = ""
+
+    @property
+    def kind(self) -> str | None:
+        """The finer word: the code when there is one, else the type."""
+        return self.code or self.type
+
+
 class RejectedError(UpstreamError):
     """The upstream answered and refused (4xx): retrying the same request at once will not help.
 
+    `error_type` is the body's code, else its type (OpenAI answers a 429 with the type
+    `requests` and the code `rate_limit_exceeded`); `body` keeps type, code and message apart.
     `retry_after` is the wait the upstream asked for, in seconds, when it gave a usable one.
     """
 
@@ -109,10 +155,13 @@ class RejectedError(UpstreamError):
         status: int,
         error_type: str | None,
         retry_after: float | None = None,
+        body: ErrorBody | None = None,
+        gateway_retries: int = 0,
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, gateway_retries=gateway_retries)
         self.error_type = error_type
         self.retry_after = retry_after
+        self.body = body if body is not None else ErrorBody(code=error_type)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -147,25 +196,51 @@ def parse_reset(value: str | None) -> float | None:
     return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
+# A gateway (LiteLLM) forwards the provider's headers under this prefix.
+GATEWAY_FORWARDED = "llm_provider-"
+
+
 def retry_after_of(headers: httpx.Headers) -> float | None:
     """The wait an upstream asked for: `Retry-After` (seconds or HTTP-date), else
-    `retry-after-ms`, else the longest of the `x-ratelimit-reset-*` headers."""
-    waited = parse_retry_after(headers.get("retry-after"))
+    `retry-after-ms`, else the longest of the `x-ratelimit-reset-*` headers; then the same
+    headers as a gateway forwards them from the provider (`llm_provider-retry-after`, ...)."""
+    for prefix in ("", GATEWAY_FORWARDED):
+        waited = _wait_of(headers, prefix)
+        if waited is not None:
+            return waited
+    return None
+
+
+def _wait_of(headers: httpx.Headers, prefix: str) -> float | None:
+    waited = parse_retry_after(headers.get(f"{prefix}retry-after"))
     if waited is not None:
         return waited
-    milliseconds = headers.get("retry-after-ms", "").strip()
+    milliseconds = headers.get(f"{prefix}retry-after-ms", "").strip()
     if milliseconds.replace(".", "", 1).isdigit():
         return float(milliseconds) / 1000
     resets = [
-        parse_reset(headers.get(name))
+        parse_reset(headers.get(f"{prefix}{name}"))
         for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
     ]
     known = [seconds for seconds in resets if seconds is not None]
     return max(known) if known else None
 
 
+def gateway_retries_of(headers: httpx.Headers) -> int:
+    """The retries a gateway reported making on its own (`x-litellm-attempted-retries`); 0
+    when the header is missing or not a whole number."""
+    value = headers.get(GATEWAY_RETRIES_HEADER, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
 class TaskUnknownError(RejectedError):
     """The upstream does not know this task id (R26)."""
+
+
+class EndpointNotFound(RejectedError):
+    """A 404 on a call that names no task (a create, a listing): the configured URL is wrong,
+    not the task. Nothing was made or charged; every call would fail the same way until the
+    configuration is fixed."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +272,8 @@ class HttpUpstream:
     max_poll_interval: float | None = None
     # The 5xx answers to a create that may hide a task that was made (and is charged).
     statuses_that_may_charge: frozenset[int] = TRANSIENT_STATUS
+    # What the base URL must look like, said when a call answers 404.
+    base_url_hint = "the task API server's root, without /v1"
 
     def __init__(
         self,
@@ -205,11 +282,13 @@ class HttpUpstream:
         api_key: SecretStr | None = None,
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
         honours_keys: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """`transport`: for tests of this client's parsing only (an `httpx.MockTransport`)."""
         self.base_url = base_url.rstrip("/")
         self.honours_keys = honours_keys
         self._api_key = api_key
-        headers = {"User-Agent": "postledger"}
+        headers = {"User-Agent": "postledger", **GATEWAY_NO_RETRIES}
         if api_key is not None:
             headers["Authorization"] = f"Bearer {api_key.get_secret_value()}"
         self._timeouts = timeouts
@@ -218,6 +297,7 @@ class HttpUpstream:
             headers=headers,
             verify=_tls_context(),
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+            transport=transport,
         )
 
     async def __aenter__(self) -> Self:
@@ -259,7 +339,12 @@ class HttpUpstream:
                 if self.max_poll_interval:
                     poll_interval = min(poll_interval * 1.5, self.max_poll_interval)
 
-    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    async def _send(
+        self, method: str, url: str, *, reads_task: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """One request. `reads_task`: the call reads one task by its id, so a 404 means the
+        upstream does not know that task (`TaskUnknownError`); on any other call a 404 means
+        the configured URL is wrong (`EndpointNotFound`)."""
         try:
             response = await self._http.request(method, url, **kwargs)
         except httpx.ConnectError as exc:
@@ -274,22 +359,47 @@ class HttpUpstream:
             raise TransportError(
                 f"{method} {url}: no answer ({type(exc).__name__})", maybe_sent=True
             ) from None
-        if response.status_code in TRANSIENT_STATUS:
+        status = response.status_code
+        retried = gateway_retries_of(response.headers)
+        also = _gateway_note(retried)
+        if status in TRANSIENT_STATUS:
             raise TransportError(
-                f"{method} {url}: HTTP {response.status_code}",
-                maybe_sent=response.status_code in self.statuses_that_may_charge,
-                status=response.status_code,
+                self._redact(f"{method} {url}: HTTP {status}{also}"),
+                maybe_sent=status in self.statuses_that_may_charge,
+                status=status,
+                gateway_retries=retried,
             )
-        if response.status_code >= 400:
-            error_type, message = _error_of(response)
-            cls = TaskUnknownError if response.status_code == 404 else RejectedError
+        if status >= 400:
+            body = _error_of(response)
+            cls: type[RejectedError] = RejectedError
+            message = f"{method} {url}: HTTP {status}: {body.message}{also}"
+            if status == 404 and reads_task:
+                cls = TaskUnknownError
+            elif status == 404:
+                cls = EndpointNotFound
+                message = self._not_found(method, response, body) + also
             raise cls(
-                self._redact(f"{method} {url}: HTTP {response.status_code}: {message}"),
-                status=response.status_code,
-                error_type=error_type,
+                self._redact(message),
+                status=status,
+                error_type=body.kind,
                 retry_after=retry_after_of(response.headers),
+                body=body,
+                gateway_retries=retried,
             )
         return response
+
+    def _not_found(self, method: str, response: httpx.Response, body: ErrorBody) -> str:
+        where = response.request.url.copy_with(query=None)
+        if body.code == "model_not_found":
+            return (
+                f"{method} {where} answered 404: the upstream does not know the model "
+                f"({body.message}); check POSTLEDGER_MODEL"
+            )
+        said = f" ({body.message})" if body.message else ""
+        return (
+            f"{method} {where} answered 404 Not Found{said}: the upstream URL looks wrong; "
+            f"check POSTLEDGER_UPSTREAM_URL, which must be {self.base_url_hint}"
+        )
 
     def _redact(self, text: str) -> str:
         if self._api_key is not None and self._api_key.get_secret_value():
@@ -303,18 +413,26 @@ class TaskApiClient(HttpUpstream):
     long_polls = True
 
     async def create(self, request: CreateRequest) -> Created:
-        task_id = await self.create_task(
+        return await self._create(
             model=request.model,
             prompt=request.prompt,
             posts=request.posts,
             idempotency_key=request.idempotency_key,
         )
-        return Created(task_id)
 
     async def create_task(
         self, *, model: str, prompt: str, posts: Sequence[tuple[str, str]], idempotency_key: str
     ) -> str:
         """Create (and pay for) one upstream task; returns its id."""
+        created = await self._create(
+            model=model, prompt=prompt, posts=posts, idempotency_key=idempotency_key
+        )
+        assert created.task_id is not None
+        return created.task_id
+
+    async def _create(
+        self, *, model: str, prompt: str, posts: Sequence[tuple[str, str]], idempotency_key: str
+    ) -> Created:
         body = {"model": model, "prompt": prompt, "posts": [{"id": i, "text": t} for i, t in posts]}
         response = await self._send(
             "POST", "/v1/tasks", json=body, headers={"Idempotency-Key": idempotency_key}
@@ -322,14 +440,16 @@ class TaskApiClient(HttpUpstream):
         task_id = _json(response).get("task_id")
         if not isinstance(task_id, str) or not task_id:
             raise UpstreamError("the upstream accepted the task but sent no task_id")
-        return task_id
+        return Created(task_id, gateway_retries=gateway_retries_of(response.headers))
 
     async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
         """Read a task once; with `wait`, the upstream may hold the answer until the task ends."""
         params = {"wait": f"{wait:g}"} if wait > 0 else None
         # A long poll legitimately takes `wait` seconds longer than a plain read.
         timeout = httpx.Timeout(self._timeouts.read + wait, connect=self._timeouts.connect)
-        response = await self._send("GET", f"/v1/tasks/{task_id}", params=params, timeout=timeout)
+        response = await self._send(
+            "GET", f"/v1/tasks/{task_id}", reads_task=True, params=params, timeout=timeout
+        )
         data = _json(response)
         try:
             status = TaskStatus(str(data.get("status")))
@@ -355,12 +475,34 @@ def _json(response: httpx.Response) -> dict[str, Any]:
     return data
 
 
-def _error_of(response: httpx.Response) -> tuple[str | None, str]:
-    """(kind, message) of an error body `{"error": {"message", "type", "param", "code"}}`. The
-    `code` is the finer word when there is one: OpenAI answers a 429 with the type `requests`
-    and the code `rate_limit_exceeded`, or type and code `insufficient_quota`."""
+def _error_of(response: httpx.Response) -> ErrorBody:
+    """Type, code and message of an error body `{"error": {"message", "type", "param",
+    "code"}}`. The code is the finer word when there is one: OpenAI answers a 429 with the
+    type `requests` and the code `rate_limit_exceeded`, or type and code
+    `insufficient_quota`. A gateway may write the code as a number (`"429"`, or 429)."""
     try:
         error = response.json().get("error", {})
-        return error.get("code") or error.get("type"), str(error.get("message", ""))[:500]
+        if isinstance(error, str):  # some servers answer {"error": "text"}
+            return ErrorBody(message=error[:500])
+        return ErrorBody(
+            type=_word(error.get("type")),
+            code=_word(error.get("code")),
+            message=str(error.get("message") or "")[:500],
+        )
     except (ValueError, AttributeError):
-        return None, response.text[:200]
+        return ErrorBody(message=response.text[:200])
+
+
+def _word(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str | int):
+        return str(value).strip() or None
+    return None
+
+
+def _gateway_note(retries: int) -> str:
+    if not retries:
+        return ""
+    times = "once" if retries == 1 else f"{retries} times"
+    return f" (a gateway in front of the upstream retried it {times} on its own)"

@@ -24,7 +24,7 @@ KIND = "openai_batch"
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_timings(monkeypatch, read_timeout="1", poll_interval="0.05")
+    fast_timings(monkeypatch, read_timeout="1", poll_interval="0.05", create_settle="0.5")
 
 
 @pytest.fixture
@@ -32,16 +32,7 @@ def batches(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> 
     yield from start_openai_sim(monkeypatch, KIND, latency=0.1, faults=request.param)
 
 
-@pytest.mark.parametrize(
-    "batches",
-    [
-        "create:http_503#1",
-        "create:timeout_after_create#1;hold=3",  # made, answer lost: found again, not paid twice
-        "create:http_500_after_create#1",
-        "poll:http_502#1",
-    ],
-    indirect=True,
-)
+@pytest.mark.parametrize("batches", ["create:http_503#1", "poll:http_502#1"], indirect=True)
 def test_transport_faults_are_retried_and_charged_once(
     prefect_harness: None, batches: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:
@@ -52,6 +43,26 @@ def test_transport_faults_are_retried_and_charged_once(
     assert batch.upstream_task_id and batch.upstream_task_id.startswith("batch_")
     assert batch.request_retries == 1 and batch.charge is Charge.CONFIRMED
     assert batches.charges()[0]["idempotency_key"] == batch.idempotency_key  # in the metadata
+    assert_attempts_are_charges(ledger, batches)
+
+
+@pytest.mark.parametrize(
+    "batches",
+    ["create:timeout_after_create#1;hold=3", "create:http_500_after_create#1"],
+    indirect=True,
+)
+def test_a_create_whose_answer_was_lost_is_found_by_its_metadata_never_made_again(
+    prefect_harness: None, batches: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    assert statuses(ledger) == {"completed": 25}
+    assert batches.stats()["requests"]["create"] == 1  # looked for, not created again
+    (charge,) = batches.charges()
+    (batch,) = ledger.batches(MONTH)
+    assert batch.upstream_task_id == charge["task_id"] and batch.request_retries == 0
+    assert any(
+        "by its metadata" in e.why for e in ledger.events(MONTH) if e.entity_id == batch.batch_id
+    )
     assert_attempts_are_charges(ledger, batches)
 
 

@@ -125,25 +125,30 @@ def test_one_invalid_post_is_retried_alone(
     ["create:timeout_after_create#1;hold=3", "create:http_500_after_create#1"],
     indirect=True,
 )
-def test_a_request_left_unanswered_is_never_resent_automatically(
+def test_a_request_left_unanswered_is_uncertain_and_never_resent_automatically(
     prefect_harness: None,
     chat: Sim,
     ledger: Ledger,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from postledger.recovery import RecoveryAction, recovery_plan
+    from postledger.settings import Settings
+
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
     run(tmp_path, 30)
     first, second = ledger.batches(MONTH)
+    # Uncertain, not failed: the model may have run and billed it.
     assert (first.status, first.failure_kind, first.charge) == (
-        BatchStatus.FAILED,
-        FailureKind.TRANSPORT,
+        BatchStatus.RUNNING,
+        None,
         Charge.POSSIBLE,
     )
-    assert "not resent automatically" in (first.failure_reason or "")
     assert second.status is BatchStatus.COMPLETED
     assert chat.stats()["requests"]["create"] == 2  # the unanswered one, then the next batch
     assert_attempts_are_charges(ledger, chat)  # it was made upstream: 1 charge, 1 attempt
+    (step,) = recovery_plan(ledger, MONTH, Settings()).steps
+    assert step.action is RecoveryAction.RESUBMIT and "charged twice" in step.why
 
 
 # --- recovery: a run killed mid-request ------------------------------------------------------

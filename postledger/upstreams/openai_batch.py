@@ -6,8 +6,15 @@ purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polle
   per-request errors become per-post failures (R13), and the other posts complete.
 - The upstream batch id is the upstream task id. The batch's `metadata` names the ledger batch
   and its idempotency key, so a batch made but never written down can be found again by
-  listing the recent batches: every create looks first (so a create sent again never pays
-  twice: `honours_keys`), and recovery adopts such an orphan instead of asking to resubmit.
+  listing the recent batches: recovery adopts such an orphan instead of asking to resubmit,
+  and every create looks first (a resend a person confirmed reuses the batch if it exists).
+- That look is not a guarantee: a batch just made may not be listed yet, so a create sent
+  again at once could make (and pay for) a second one. So `honours_keys` is False, and:
+  a fault on the listing or on `POST /files` is never a charge (nothing is made; a file
+  costs nothing), raised as `TransportError(maybe_sent=False)` and retried safely; a fault
+  on `POST /batches` that may have reached the upstream (no answer, 500, 502, 504) raises
+  `AmbiguousCreate`, never retried at the request layer: the business layer looks for the
+  batch by its metadata after a while, and recovery adopts it.
 - Statuses: validating -> queued; in_progress, finalizing, cancelling -> running; completed,
   expired, cancelled -> succeeded with what they produced (requests that never ran are in the
   error file as `batch_expired` / `batch_cancelled`, or absent: either way those posts fail
@@ -20,13 +27,16 @@ import json
 from typing import Any
 
 from postledger.upstream import (
+    AmbiguousCreate,
     Created,
     CreateRequest,
     HttpUpstream,
     TaskSnapshot,
     TaskStatus,
+    TransportError,
     UpstreamError,
     _json,
+    gateway_retries_of,
 )
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
@@ -54,6 +64,10 @@ def metadata_of(batch_id: str, idempotency_key: str) -> dict[str, str]:
 class OpenAIBatchClient(HttpUpstream):
     can_list = True
     max_poll_interval = 30.0  # a batch takes minutes to hours: no need to ask twice a second
+    # A 503 means the request was not taken (overloaded); a 500, 502 or 504 may come after
+    # the batch was made (a gateway timing out in front of it).
+    statuses_that_may_charge = frozenset({500, 502, 504})
+    base_url_hint = "the base URL with its version path, e.g. https://api.openai.com/v1"
 
     def __init__(
         self,
@@ -65,16 +79,24 @@ class OpenAIBatchClient(HttpUpstream):
         **options: Any,
     ) -> None:
         super().__init__(base_url, **options)
-        self.honours_keys = True  # every create looks for the batch made under its key first
+        # Whatever was configured: the look before a create may miss a batch just made.
+        self.honours_keys = False
         self.json_schema = json_schema
         self.completion_window = completion_window
         self.search_limit = search_limit
 
     async def create(self, request: CreateRequest) -> Created:
         """The upstream batch of this ledger batch: the one made before under this key if
-        there is one (no new charge), else a new one (paid)."""
+        it is listed (no new charge), else a new one (paid).
+
+        Raises `TransportError(maybe_sent=False)` for a fault before `POST /batches` (nothing
+        made: safe to retry), and `AmbiguousCreate` when `POST /batches` may have made the
+        batch but no answer says so (never to be retried blindly)."""
         batch_id, key = request.batch_id, request.idempotency_key
-        found = await self.find_task(batch_id=batch_id, idempotency_key=key)
+        try:
+            found = await self.find_task(batch_id=batch_id, idempotency_key=key)
+        except TransportError as exc:
+            raise _costs_nothing(exc) from None
         if found is not None:
             return Created(found)
         lines = "".join(
@@ -92,17 +114,20 @@ class OpenAIBatchClient(HttpUpstream):
             + "\n"
             for post_id, text in request.posts
         )
-        uploaded = _json(
-            await self._send(
-                "POST",
-                "/files",
-                data={"purpose": "batch"},
-                files={"file": (f"{batch_id}.jsonl", lines.encode(), "application/jsonl")},
+        try:
+            uploaded = _json(
+                await self._send(
+                    "POST",
+                    "/files",
+                    data={"purpose": "batch"},
+                    files={"file": (f"{batch_id}.jsonl", lines.encode(), "application/jsonl")},
+                )
             )
-        )
+        except TransportError as exc:
+            raise _costs_nothing(exc) from None
         file_id = _text(uploaded.get("id"), "the upstream took the file but sent no id")
-        made = _json(
-            await self._send(
+        try:
+            response = await self._send(
                 "POST",
                 "/batches",
                 json={
@@ -112,8 +137,20 @@ class OpenAIBatchClient(HttpUpstream):
                     "metadata": metadata_of(batch_id, key),
                 },
             )
+        except TransportError as exc:
+            if not exc.maybe_sent:
+                raise
+            raise AmbiguousCreate(
+                f"{exc}; the upstream batch may have been made (and charged): it is not sent "
+                "again, it is looked for by its metadata instead",
+                status=exc.http_status,
+                gateway_retries=exc.gateway_retries,
+            ) from None
+        made = _json(response)
+        return Created(
+            _text(made.get("id"), "the upstream made the batch but sent no id"),
+            gateway_retries=gateway_retries_of(response.headers),
         )
-        return Created(_text(made.get("id"), "the upstream made the batch but sent no id"))
 
     async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
         """Look through the most recent upstream batches (newest first, paging with `after`)
@@ -137,7 +174,7 @@ class OpenAIBatchClient(HttpUpstream):
         return None
 
     async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        data = _json(await self._send("GET", f"/batches/{task_id}"))
+        data = _json(await self._send("GET", f"/batches/{task_id}", reads_task=True))
         status = _STATUS.get(str(data.get("status")))
         if status is None:
             raise UpstreamError(f"unexpected batch status {data.get('status')!r}")
@@ -157,7 +194,8 @@ class OpenAIBatchClient(HttpUpstream):
     async def _lines(self, file_id: Any) -> list[dict[str, Any]]:
         if not isinstance(file_id, str) or not file_id:
             return []
-        response = await self._send("GET", f"/files/{file_id}/content")
+        # A file of the batch: a 404 means the upstream no longer has it, as for the batch.
+        response = await self._send("GET", f"/files/{file_id}/content", reads_task=True)
         lines = []
         for text in response.text.splitlines():
             try:
@@ -222,6 +260,15 @@ def _error_text(error: Any, status: str) -> str:
     if isinstance(error, dict) and (error.get("code") or error.get("message")):
         return f"{error.get('code') or error.get('type')}: {error.get('message')}"
     return f"the request failed (batch {status})"
+
+
+def _costs_nothing(exc: TransportError) -> TransportError:
+    """A fault of a call that makes nothing paid (a listing, a file upload): safe to retry."""
+    if not exc.maybe_sent:
+        return exc
+    return TransportError(
+        str(exc), maybe_sent=False, status=exc.http_status, gateway_retries=exc.gateway_retries
+    )
 
 
 def _text(value: Any, why: str) -> str:

@@ -8,6 +8,10 @@ again — and the upstream does not honour idempotency keys — which always nee
 request layer. A 500, 502 or 504 may come after the model ran and was billed (a gateway
 timing out in front of a backend that finished), and a request that got no answer at all
 (reset, timeout) may have been billed too: neither is ever resent without a person's yes.
+Behind a gateway (a LiteLLM proxy), the gateway's own retries are turned off on every request
+(`x-litellm-num-retries: 0`), and the retries it reports making anyway are in
+`Created.gateway_retries` (or the error's `gateway_retries`). A 404 means a wrong base URL
+(`EndpointNotFound`): it must include the version path, e.g. https://api.openai.com/v1.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from postledger.upstream import (
     TaskStatus,
     UpstreamError,
     _json,
+    gateway_retries_of,
 )
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
@@ -29,6 +34,7 @@ from postledger.upstreams.openai_protocol import chat_body, completion_result
 class OpenAIChatClient(HttpUpstream):
     has_task_ids = False
     statuses_that_may_charge = frozenset({500, 502, 504})
+    base_url_hint = "the base URL with its version path, e.g. https://api.openai.com/v1"
 
     def __init__(self, base_url: str, *, json_schema: bool = True, **options: Any) -> None:
         super().__init__(base_url, **options)
@@ -41,7 +47,11 @@ class OpenAIChatClient(HttpUpstream):
         response = await self._send("POST", "/chat/completions", json=body)
         content, usage, error = completion_result(_json(response))
         status = TaskStatus.SUCCEEDED if content is not None else TaskStatus.FAILED
-        return Created(None, TaskSnapshot(None, status, content, usage, error))
+        return Created(
+            None,
+            TaskSnapshot(None, status, content, usage, error),
+            gateway_retries=gateway_retries_of(response.headers),
+        )
 
     async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
         raise UpstreamError("chat completions keep no task to poll")
