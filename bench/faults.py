@@ -72,7 +72,10 @@ def run_postledger(work: Path, n: int, seed: int, latency: float) -> dict[str, o
         while True:
             runs += 1
             try:
-                monthly_posts(month=month, posts_path=str(path))
+                # From the second run on, a person has said yes up front: poll the batches an
+                # earlier run left uncertain, and resend (same key: free here) the others.
+                answers = {"poll": True, "resubmit": True} if runs > 1 else {}
+                monthly_posts(month=month, posts_path=str(path), **answers)
             except RunStopped:
                 stops += 1  # a person would fix the key; here the next run simply goes on
             counts = ledger.counts(month)
@@ -175,6 +178,7 @@ def main() -> int:
         POSTLEDGER_READ_TIMEOUT="1",
         POSTLEDGER_POLL_WAIT="1",
         POSTLEDGER_RATE_LIMIT_WAIT="1",
+        POSTLEDGER_UPSTREAM_IDEMPOTENT="true",  # the simulator honours idempotency keys
     )
     from flows.local_server import local_prefect_server
 

@@ -25,6 +25,7 @@ from flows.recover import answer_given_before, ask_about_interrupted, carry_out
 from flows.slots import free_stale_slots
 from postledger.db import LedgerUnavailable
 from postledger.ledger import Ledger, open_ledger
+from postledger.models import BatchStatus
 from postledger.month_lease import MonthBusy
 from postledger.posts import Post, default_posts_path, load_posts, parse_month, previous_month
 from postledger.preflight import NotReady, check_ready
@@ -190,6 +191,17 @@ def process_month(
                 )
     finally:
         artifacts.finish()
+    if uncertain := [b.batch_id for b in ledger.batches(month, BatchStatus.RUNNING)]:
+        logger.warning(
+            "%s: %d batches were sent but their outcome is not known yet (%s). Nothing of "
+            "them is lost or sent again by itself: `postledger plan --month %s` shows them; the "
+            "next run polls those with a task id when given --poll, and sends the others again "
+            "only with --resubmit (which may be charged twice)",
+            month,
+            len(uncertain),
+            ", ".join(uncertain[:10]) + (" …" if len(uncertain) > 10 else ""),
+            month,
+        )
     summary = month_summary(ledger, month)
     if stopped:
         raise RunStopped(f"{month}: stopped, nothing more was sent. {stopped}")

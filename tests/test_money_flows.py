@@ -1,0 +1,234 @@
+"""The money edges through the whole flow, over real HTTP against the simulator: what a paid batch
+whose answer never came becomes, what a configuration error touches (nothing), and what a
+ledger write that fails in the middle of a paid batch does. The evidence is the ledger and the
+simulator's charge log. Each test is named after the defect it closes."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from postledger.ledger import Ledger
+from postledger.models import BatchStatus, Charge, PostStatus, SpendState
+from postledger.recovery import RecoveryAction, recovery_plan
+from postledger.settings import Settings
+from postledger.spill import Spill
+from tests.conftest import Sim, fast_timings, sqlite_ledger_only, start_sim, write_jsonl
+
+MONTH = "2026-10"
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast_timings(monkeypatch, read_timeout="1", poll_wait="0.2", request_retries="1")
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
+    latency, faults = request.param
+    yield from start_sim(monkeypatch, latency=latency, faults=faults)
+
+
+def month_file(tmp_path: Path, n: int) -> str:
+    lines = [f'{{"id": "p{i:03d}", "text": "Why is the app slow, day {i}?"}}' for i in range(n)]
+    return str(write_jsonl(tmp_path / f"{MONTH}.jsonl", lines))
+
+
+def run(tmp_path: Path, n: int, **answers: Any) -> dict[str, Any]:
+    from flows.monthly import monthly_posts
+
+    result: dict[str, Any] = monthly_posts(
+        month=MONTH, posts_path=month_file(tmp_path, n), **answers
+    )
+    return result
+
+
+def clear_faults(sim: Sim) -> None:
+    httpx.post(f"{sim.url}/_sim/faults", json={"rules": []}).raise_for_status()
+
+
+def charged_per_post(sim: Sim) -> Counter[str]:
+    return Counter(pid for charge in sim.charges() for pid in charge["post_ids"])
+
+
+# --- a paid task with a saved id is never abandoned -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("faulty", "deadline"),
+    [
+        ((0.1, "poll:http_502@1"), "3600"),  # every poll fails, request retries spent
+        ((3.0, None), "0.5"),  # still running when our deadline passes
+    ],
+    indirect=["faulty"],
+    ids=["poll-fails", "deadline-passes"],
+)
+def test_a_paid_task_whose_poll_fails_is_polled_by_the_next_run_not_paid_again(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    deadline: str,
+) -> None:
+    monkeypatch.setenv("POSTLEDGER_TASK_DEADLINE", deadline)
+    run(tmp_path, 25)
+
+    (batch,) = ledger.batches(MONTH)
+    assert batch.upstream_task_id and batch.charge is Charge.CONFIRMED
+    assert batch.status is BatchStatus.RUNNING  # uncertain: the task may still deliver
+    assert {(p.status, p.attempts, p.failure_kind) for p in ledger.posts(MONTH)} == {
+        (PostStatus.RUNNING, 1, None)
+    }
+    assert ledger.retry_failed(MONTH) == 0  # nothing a person could resend by mistake
+    (step,) = recovery_plan(ledger, MONTH, Settings()).steps
+    assert (step.batch_id, step.action) == (batch.batch_id, RecoveryAction.POLL)
+
+    clear_faults(faulty)
+    monkeypatch.setenv("POSTLEDGER_TASK_DEADLINE", "3600")
+    run(tmp_path, 25, poll=True)  # the next run, with the person's yes to poll
+
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    assert ledger.batch(batch.batch_id).upstream_task_id == batch.upstream_task_id
+    assert len(faulty.charges()) == 1  # polled, never paid again
+    assert set(charged_per_post(faulty).values()) == {1}
+
+
+@pytest.mark.parametrize("faulty", [(0.1, "create:http_500_after_create#1")], indirect=True)
+def test_an_ambiguous_create_is_not_resent_unless_the_upstream_is_said_to_honour_keys(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("POSTLEDGER_UPSTREAM_IDEMPOTENT")  # the default: not known to
+    assert Settings().honours_keys() is False
+    run(tmp_path, 25)
+
+    assert faulty.stats()["requests"]["create"] == 1  # no request retry of a create
+    (batch,) = ledger.batches(MONTH)
+    assert (batch.status, batch.charge) == (BatchStatus.RUNNING, Charge.POSSIBLE)
+    (spend,) = ledger.spend(MONTH)
+    assert spend.state is SpendState.POSSIBLE  # what the upstream did charge is on the books
+    assert len(faulty.charges()) == 1
+    (step,) = recovery_plan(ledger, MONTH, Settings()).steps
+    assert step.action is RecoveryAction.RESUBMIT and "charged twice" in step.why
+
+
+# --- configuration errors touch nothing ----------------------------------------------------
+
+
+def test_a_budget_with_no_price_stops_the_run_before_anything_is_marked_running(
+    prefect_harness: None,
+    sim: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.dispatch import RunStopped
+
+    monkeypatch.setenv("POSTLEDGER_MAX_COST", "1")
+    monkeypatch.setenv("POSTLEDGER_MODEL", "a-model-with-no-price")
+    with pytest.raises(RunStopped, match="no price for the model 'a-model-with-no-price'"):
+        run(tmp_path, 60)
+    assert ledger.posts(MONTH) == [] and ledger.batches(MONTH) == []
+    assert sim.charges() == []
+
+
+def test_a_deployment_with_no_upstream_marks_nothing_running(
+    prefect_harness: None, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.dispatch import RunStopped
+
+    monkeypatch.delenv("POSTLEDGER_UPSTREAM_URL", raising=False)
+    with pytest.raises(RunStopped, match="no upstream is configured"):
+        run(tmp_path, 60)
+    assert ledger.posts(MONTH) == [] and ledger.batches(MONTH) == []
+    assert ledger.spend(MONTH) == []
+
+
+def test_a_404_on_the_create_is_a_configuration_error_not_a_lost_task(
+    prefect_harness: None,
+    sim: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.dispatch import RunStopped
+
+    wrong = f"{sim.url}/wrong-base"
+    monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", wrong)
+    with pytest.raises(RunStopped, match="wrong-base"):
+        run(tmp_path, 60)
+    assert sim.charges() == []
+    assert len([b for b in ledger.batches(MONTH) if b.sends]) == 1  # the run stopped at once
+    assert {(p.status, p.attempts) for p in ledger.posts(MONTH)} <= {
+        (PostStatus.PENDING, 0),
+        (PostStatus.QUEUED, 0),
+    }
+    assert {row.state for row in ledger.spend(MONTH)} == {SpendState.REFUNDED}
+
+
+# --- a ledger write that fails mid-batch stops new batches ------------------------------------
+
+
+@pytest.fixture
+def slow_create(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
+    """The create is charged at once, its answer held for 2 s: a window to break the ledger."""
+    yield from start_sim(monkeypatch, latency=0.2, create_delay=2.0)
+
+
+@sqlite_ledger_only  # the fault is a real SQLite write lock held past the busy timeout
+def test_a_task_id_the_ledger_cannot_take_stops_new_batches_and_is_spilled(
+    prefect_harness: None,
+    slow_create: Sim,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flows.dispatch import RunStopped
+    from flows.monthly import monthly_posts
+
+    monkeypatch.setenv("POSTLEDGER_SQLITE_BUSY_TIMEOUT", "1")
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    posts = month_file(tmp_path, 50)
+    outcome: dict[str, Any] = {}
+
+    def first_run() -> None:
+        try:
+            monthly_posts(month=MONTH, posts_path=posts)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=first_run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not slow_create.charges() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    blocker = sqlite3.connect(str(tmp_path / "ledger.db"), isolation_level=None, timeout=10)
+    blocker.execute("BEGIN IMMEDIATE")  # the create's answer now finds the ledger locked
+    thread.join(60)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+
+    assert isinstance(outcome.get("error"), RunStopped), outcome
+    assert "a ledger write failed" in str(outcome["error"])
+    assert len(slow_create.charges()) == 1  # the second batch never started
+    spilled = Spill(Settings().spill_file(MONTH)).records()
+    (task_id,) = [r["task_id"] for r in spilled if r["kind"] == "task_id"]
+    assert task_id == slow_create.charges()[0]["task_id"]
+
+    monthly_posts(month=MONTH, posts_path=posts, poll=True)  # the database is back
+    ledger = Ledger(ledger_url)
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    assert set(charged_per_post(slow_create).values()) == {1}  # nobody paid twice
+    ledger.close()
