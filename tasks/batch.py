@@ -140,7 +140,7 @@ async def _see_through(trip: _Trip, resume: bool) -> BatchOutcome:
         failure: Failure = failure_of(exc)
         trip.logger.warning("%s: %s (%s)", batch_id, failure.reason, failure.kind)
         if isinstance(exc, TransportError) and exc.maybe_sent:
-            _count_gateway_retries(trip, getattr(exc, "gateway_retries", 0))
+            _count_gateway_retries(trip, exc.gateway_retries)
         decision = after_failure(
             ledger.batch(batch_id),
             trip.posts,
@@ -232,7 +232,7 @@ async def _create(trip: _Trip) -> tuple[str | None, TaskSnapshot | None]:
         )
         return found, None
     crash_point(CrashPoint.AFTER_CREATE)
-    _count_gateway_retries(trip, getattr(created, "gateway_retries", 0))
+    _count_gateway_retries(trip, created.gateway_retries)
     if created.task_id is not None:
         _save_task_id(trip, created.task_id)
     crash_point(CrashPoint.AFTER_TASK_ID)

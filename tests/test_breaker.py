@@ -65,9 +65,11 @@ def test_breaker_is_shared_by_months_and_kept_in_the_ledger(any_ledger_url: str)
 
     reopened.approvals.answer("2026-11", "up", Answer.CONTINUE, note="fixed", by="test")
     assert ledger.approvals.breaker("up").level is L.PROBE
-    ledger.mark_running(october[0], "up")  # the one probe
+    ledger.leases.claim("2026-10", "run-october")  # two live runs, one per month
+    reopened.leases.claim("2026-11", "run-november")
+    ledger.mark_running(october[0], "up", holder="run-october")  # the one probe
     with pytest.raises(BreakerHeld, match="probing"):
-        ledger.mark_running(november[0], "up")  # one at a time across months
+        reopened.mark_running(november[0], "up", holder="run-november")  # one across months
     history = [(e.from_level, e.to_level) for e in ledger.approvals.history("up")]
     assert history == [(L.NORMAL, L.PROBE), (L.PROBE, L.OPEN), (L.OPEN, L.PROBE)]
     ledger.close()

@@ -138,6 +138,7 @@ def test_month_on_a_postgresql_ledger(
     from flows.monthly import monthly_posts
 
     monkeypatch.setenv("POSTLEDGER_DATABASE_URL", pg_ledger_url)
+    monkeypatch.setenv("POSTLEDGER_SPILL_PATH", str(tmp_path))  # a shared ledger needs one
     path = tmp_path / "2026-07.jsonl"
     path.write_text(
         "".join(f'{{"id": "g{i}", "text": "Great update, thanks! #{i}"}}\n' for i in range(60)),

@@ -170,7 +170,8 @@ def test_a_404_on_the_create_is_a_configuration_error_not_a_lost_task(
     with pytest.raises(RunStopped, match="wrong-base"):
         run(tmp_path, 60)
     assert sim.charges() == []
-    assert len([b for b in ledger.batches(MONTH) if b.sends]) == 1  # the run stopped at once
+    sent = [b for b in ledger.batches(MONTH) if b.sends]
+    assert 1 <= len(sent) <= 2 < len(ledger.batches(MONTH))  # the run stopped at once
     assert {(p.status, p.attempts) for p in ledger.posts(MONTH)} <= {
         (PostStatus.PENDING, 0),
         (PostStatus.QUEUED, 0),
@@ -200,6 +201,7 @@ def test_a_task_id_the_ledger_cannot_take_stops_new_batches_and_is_spilled(
 
     monkeypatch.setenv("POSTLEDGER_SQLITE_BUSY_TIMEOUT", "1")
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    monkeypatch.setenv("POSTLEDGER_READ_TIMEOUT", "10")  # the held answer arrives, not a retry
     posts = month_file(tmp_path, 50)
     outcome: dict[str, Any] = {}
 

@@ -59,7 +59,8 @@ def test_a_create_whose_answer_was_lost_is_found_by_its_metadata_never_made_agai
     assert batches.stats()["requests"]["create"] == 1  # looked for, not created again
     (charge,) = batches.charges()
     (batch,) = ledger.batches(MONTH)
-    assert batch.upstream_task_id == charge["task_id"] and batch.request_retries == 0
+    assert charge["idempotency_key"] == batch.idempotency_key  # the one it made, adopted
+    assert batch.upstream_task_id and batch.request_retries == 0
     assert any(
         "by its metadata" in e.why for e in ledger.events(MONTH) if e.entity_id == batch.batch_id
     )
