@@ -82,6 +82,7 @@ def run_postledger(work: Path, n: int, seed: int, latency: float) -> dict[str, o
             if sum(v for k, v in counts.items() if k.value not in ("completed", "failed")) == 0:
                 break
         charges = httpx.get(f"{url}/_sim/charges").json()["charges"]
+        fired = Counter(f["fault"] for f in httpx.get(f"{url}/_sim/faults").json()["fired"])
     wall = time.monotonic() - started
 
     charged = Counter(pid for c in charges for pid in c["post_ids"])
@@ -102,6 +103,7 @@ def run_postledger(work: Path, n: int, seed: int, latency: float) -> dict[str, o
         "not_ended": len(unended),
         "failed_without_kind": len(kindless),
         "wall_seconds": round(wall, 1),
+        "faults_fired": dict(sorted(fired.items())),
     }
 
 

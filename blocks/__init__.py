@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from blocks.ledger import PostledgerLedger
 from blocks.upstream import PostledgerUpstream
@@ -37,7 +37,8 @@ def settings_from_blocks(upstream: str | None = None, ledger: str | None = None)
 
 def _load(block_type: type[B], name: str) -> B:
     try:
-        return block_type.load(name)
+        # `load` is sync here (no event loop in a flow's thread); its type says "or awaitable".
+        return cast(B, block_type.load(name))
     except ValueError as exc:
         if "Unable to find block document" not in str(exc):
             raise

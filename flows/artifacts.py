@@ -73,9 +73,11 @@ class MonthArtifacts:
             share = completed_share(report)
             detail = f"{report['completed']} of {report['total']} posts completed"
             if self._progress_id is None:
-                self._progress_id = create_progress_artifact(
+                made = create_progress_artifact(
                     share, key=artifact_key(self._month, "progress"), description=detail
                 )
+                assert isinstance(made, UUID), "called outside an event loop: the sync form"
+                self._progress_id = made
             else:
                 update_progress_artifact(self._progress_id, share, description=detail)
             create_table_artifact(

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from prefect import flow, get_run_logger
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from blocks import settings_from_blocks
 from flows.artifacts import MonthArtifacts
@@ -51,7 +52,8 @@ def _run_name() -> str:
 @flow(
     name="monthly-posts",
     flow_run_name=_run_name,  # resolved, so that `postledger approve` finds the month's run
-    task_runner=ThreadPoolTaskRunner(max_workers=8),
+    # Prefect types the parameter invariantly: its own thread pool runner needs the cast.
+    task_runner=cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=8)),
     persist_result=False,
 )
 def monthly_posts(

@@ -7,6 +7,7 @@ run again after a crash with the same answer.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,7 +59,11 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
     try:
         items = json.loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:
-        return OutputCheck(unusable=f"the output is not JSON ({exc})")
+        items = _complete_items(raw) if isinstance(raw, str) else None
+        if not items:
+            return OutputCheck(unusable=f"the output is not JSON ({exc})")
+        # Cut short (a token limit): the complete items are as good as any; the posts
+        # after the cut have no item, and only they are sent again.
     if isinstance(items, dict) and isinstance(items.get("results"), list):
         items = items["results"]  # some models wrap the list; the content is the same
     if not isinstance(items, list):
@@ -90,6 +95,30 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
         if post_id not in valid and post_id not in invalid:
             invalid[post_id] = "the output has no item for this post"
     return OutputCheck(valid=valid, invalid=invalid)
+
+
+_LIST_START = re.compile(r'\[|\{\s*"results"\s*:\s*\[')
+
+
+def _complete_items(raw: str) -> list[Any] | None:
+    """The complete items at the start of a list that was cut short, if it is one: `[{..},
+    {..}, {"id": "p7", "cat` gives the first two. None for anything else."""
+    text = raw.lstrip()
+    opening = _LIST_START.match(text)
+    if opening is None:
+        return None
+    decoder, position = json.JSONDecoder(), opening.end()
+    items: list[Any] = []
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        try:
+            item, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            return items or None
+        if not isinstance(item, dict):
+            return None
+        items.append(item)
 
 
 def _item_id(item: Any) -> str | None:

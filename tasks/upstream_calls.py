@@ -11,9 +11,8 @@ from typing import Any
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
-from prefect.client.schemas.objects import TaskRun
+from prefect.client.schemas.objects import State, TaskRun
 from prefect.runtime import task_run as current_task_run
-from prefect.states import State
 from prefect.tasks import exponential_backoff
 
 from postledger.db import LedgerUnavailable

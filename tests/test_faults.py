@@ -95,7 +95,7 @@ def test_one_invalid_post_is_retried_alone(
 
 @pytest.mark.parametrize(
     "faulty",
-    ["output:not_json#1", "output:wrong_shape#1", "output:truncated#1", "output:unknown_ids#1"],
+    ["output:not_json#1", "output:wrong_shape#1", "output:unknown_ids#1"],
     indirect=True,
 )
 def test_unusable_output_is_split_into_halves_once(
@@ -107,6 +107,18 @@ def test_unusable_output_is_split_into_halves_once(
     first, *halves = ledger.batches(MONTH)
     assert first.failure_kind is FailureKind.BATCH_INVALID
     assert [h.split_from for h in halves] == [first.batch_id] * 2
+    assert_attempts_are_charges(ledger, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["output:truncated#1"], indirect=True)
+def test_an_output_cut_short_keeps_its_complete_items_and_resends_only_the_rest(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    run(tmp_path, 25)
+    first, *rest = [len(c["post_ids"]) for c in faulty.charges()]
+    assert first == 25 and len(rest) == 1 and 0 < rest[0] < 25  # the posts after the cut
+    assert statuses(ledger) == {"completed": 25}
+    assert not any(b.split_from for b in ledger.batches(MONTH))  # nothing to split
     assert_attempts_are_charges(ledger, faulty)
 
 
