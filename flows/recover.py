@@ -74,7 +74,7 @@ def carry_out(
     waiting = len(plan.of(RecoveryAction.POLL)) - len(polls)
     waiting += len(plan.of(RecoveryAction.RESUBMIT)) - (len(resends) if answer.resubmit else 0)
     if waiting:
-        logger.warning("%d interrupted batches wait for a person's yes (R22)", waiting)
+        logger.warning("%d interrupted batches wait for a person's yes", waiting)
     return polls
 
 
@@ -122,7 +122,7 @@ def recovery_question(month: str, plan: RecoveryPlan, settings: Settings) -> str
         f"## {month}: batches an earlier run sent but never saw answered",
         "",
         "Everything that was safe is done: saved outputs were finished locally and new posts "
-        "were sent. These batches need your yes (R22–R24):",
+        "were sent. These batches need your yes:",
         "",
         f"- **poll** — {len(polls)} batches ({sum(len(s.post_ids) for s in polls)} posts) "
         "whose upstream task was made and paid for: poll those tasks for their output. Never a "

@@ -51,7 +51,7 @@ def _when(nullable: bool = False) -> Any:
 
 
 class PostStatus(StrEnum):
-    """The seven states of a post (SPEC R1)."""
+    """The seven states of a post (R1, docs/rules.md)."""
 
     PENDING = "pending"  # known, not yet scheduled
     QUEUED = "queued"  # in a batch waiting for a slot

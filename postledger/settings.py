@@ -51,8 +51,10 @@ class Settings(BaseSettings):
     )
     spill_path: Path | None = Field(
         default=None,
-        description="where batch results go when the ledger cannot be written (R20); default: "
-        "next to the SQLite file, or .postledger/spill.jsonl",
+        description="where a paid batch's task id and output go when the ledger cannot be "
+        "written: a folder, or a file name (one file per month beside it); default: next to "
+        "the SQLite file. Required with a shared (PostgreSQL) ledger: a folder every worker "
+        "can write and the next run can read",
     )
 
     # --- upstream (the paid AI service) ---
@@ -128,12 +130,12 @@ class Settings(BaseSettings):
     # ~20 000 characters is 5 000–7 000 tokens of input: it leaves room for the instructions and
     # for 25 structured answers inside an 8k–16k context window, the smallest in common use.
     max_batch_chars: int = Field(default=20_000, ge=1)
-    max_in_flight: int = Field(default=2, ge=1, description="batches running at once (R8)")
+    max_in_flight: int = Field(default=2, ge=1, description="batches running at once")
 
     # --- retries: two layers, counted apart (R16) ---
     request_retries: int = Field(default=3, ge=0, description="per HTTP call, transport faults")
     request_backoff: float = Field(default=1.0, ge=0, description="first retry delay, seconds")
-    max_attempts: int = Field(default=3, ge=1, description="paid attempts per post (R15)")
+    max_attempts: int = Field(default=3, ge=1, description="paid attempts per post")
     max_requeues: int = Field(default=5, ge=0, description="unpaid bounces per post")
     rate_limit_wait: float = Field(
         default=30.0, ge=0, description="wait after a 429 without a usable Retry-After"
