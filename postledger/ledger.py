@@ -423,7 +423,10 @@ class Ledger(LedgerReads):
                     sent_at=batch.started_at,
                 )
             if decision.uncertain:
-                # Nothing is final: the batch and its posts stay running for recovery (R23, R24).
+                # Nothing is final: the batch and its posts stay running for recovery (R23,
+                # R24). No run handles it any more, so it holds no probe (R18).
+                batch.sent_by = None
+                session.add(batch)
                 moves.noted(
                     EntityKind.BATCH, batch_id, batch.status, f"outcome unknown: {decision.why}"
                 )

@@ -184,8 +184,9 @@ class BatchRecord(SQLModel, table=True):
     # The breaker name of the upstream it was sent to (set when it is marked running): in probe,
     # one batch per upstream may be running across every month and run (R18).
     upstream: str | None = None
-    # The run (month claim holder) that marked it running: a batch is in flight only while the
-    # run that sent it still holds its month; one left by a dead run is interrupted.
+    # The run (month claim holder) that marked it running, while that run still handles it: a
+    # batch is in flight only then. One left by a dead run, or left uncertain for recovery, is
+    # not (None once left uncertain).
     sent_by: str | None = None
     # Set on the halves of a batch whose whole output was unusable (R12): they are not split again.
     split_from: str | None = None

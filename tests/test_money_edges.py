@@ -26,7 +26,7 @@ from postledger.models import (
     utcnow,
 )
 from postledger.month_lease import STALE, MonthLost
-from postledger.policy import Limits, after_output
+from postledger.policy import Failure, Limits, Reach, after_failure, after_output
 from postledger.posts import Post
 from postledger.preflight import problems_of
 from postledger.settings import Settings
@@ -187,6 +187,27 @@ def test_a_probe_left_by_a_dead_run_does_not_hold_the_upstream(ledger_url: str) 
         session.commit()
     ledger.mark_running(b1, UPSTREAM, holder="run-b")
     assert ledger.batch(b1).status is BatchStatus.RUNNING
+    ledger.close()
+
+
+def test_a_probe_left_uncertain_does_not_hold_the_upstream_forever(ledger_url: str) -> None:
+    """A 429 while polling the probe leaves it uncertain, and is no transport failure: the
+    breaker stays in probe. The batch is for recovery now, so the next one may probe."""
+    ledger = Ledger(ledger_url)
+    a1, a2 = planned(ledger, MONTH, 4, max_posts=2)
+    ledger.leases.claim(MONTH, "run-a")
+    _probe(ledger)
+    batch, sent = ledger.mark_running(a1, UPSTREAM, holder="run-a")
+    ledger.record_task_id(a1, "task-1")
+    limited = Failure(FailureKind.RATE_LIMITED, "HTTP 429 while polling", Reach.NEVER)
+    decision = after_failure(
+        ledger.batch(a1), sent, limited, idempotent=False, limits=Limits(), now=utcnow()
+    )
+    assert decision.uncertain and decision.signal is None
+    ledger.apply(a1, decision, upstream=UPSTREAM)
+
+    assert ledger.batch(a1).status is BatchStatus.RUNNING  # still for recovery to poll
+    ledger.mark_running(a2, UPSTREAM, holder="run-a")  # not held by it
     ledger.close()
 
 
