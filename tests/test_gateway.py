@@ -211,3 +211,46 @@ def test_a_quota_error_the_gateway_wraps_is_still_quota(gateway: Gateway) -> Non
     failure = failure_of(error)
     assert failure.kind is FailureKind.QUOTA and failure.reach is Reach.NEVER
     assert gateway.charges() == before
+
+
+def test_a_month_through_the_gateway_records_a_charge_it_may_have_made_once(
+    gateway: Gateway,
+    prefect_harness: None,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole flow behind the proxy: the create that failed after the model ran is charged
+    once upstream, and the ledger has it as one possible charge of a batch left uncertain —
+    not failed, not resent."""
+    from flows.monthly import monthly_posts
+    from postledger.ledger import Ledger
+    from postledger.models import BatchStatus, SpendState
+
+    for name, value in {
+        "UPSTREAM_KIND": "openai_chat",
+        "UPSTREAM_URL": gateway.url,
+        "API_KEY": gateway.key,
+        "MODEL": MODEL,
+        "MAX_IN_FLIGHT": "1",
+        "CHAT_TIMEOUT": "60",
+    }.items():
+        monkeypatch.setenv(f"POSTLEDGER_{name}", value)
+    gateway.fault("http_500_after_create")
+    before = gateway.charges()
+    posts = tmp_path / "2026-10.jsonl"
+    posts.write_text(
+        "".join(f'{{"id": "g{i:02d}", "text": "The bus was late, day {i}."}}\n' for i in range(30)),
+        encoding="utf-8",
+    )
+    monthly_posts(month="2026-10", posts_path=str(posts))
+
+    assert gateway.charges() - before == 2  # the failed-after-charge create, then the next
+    ledger = Ledger(ledger_url)
+    first, second = ledger.batches("2026-10")
+    assert (first.status, first.gateway_retries) == (BatchStatus.RUNNING, 0)
+    assert second.status is BatchStatus.COMPLETED
+    states = {row.batch_id: row.state for row in ledger.spend("2026-10")}
+    assert states == {first.batch_id: SpendState.POSSIBLE, second.batch_id: SpendState.CONFIRMED}
+    assert {p.attempts for p in ledger.posts_of(first.batch_id)} == {1}
+    ledger.close()
