@@ -164,8 +164,9 @@ def process_month(
 
     artifacts = MonthArtifacts(ledger, month)
     artifacts.update(force=True)
-    try:
-        stopped = run_until_done(
+
+    def run_batches(polls: list[str]) -> str | None:
+        return run_until_done(
             ledger,
             month,
             ledger_url,
@@ -174,6 +175,9 @@ def process_month(
             on_progress=artifacts.update,
             holder=holder,
         )
+
+    try:
+        stopped = run_batches(polls)
         if stopped is None and answer is None and plan.needs_yes:
             # R22-R24: asked once, after everything safe is done.
             try:
@@ -181,16 +185,7 @@ def process_month(
             except LedgerUnavailable as exc:
                 raise RunStopped(f"{month}: stopped, nothing more was sent: {exc}") from None
             if answer is not None:
-                polls = carry_out(ledger, plan, answer, settings)
-                stopped = run_until_done(
-                    ledger,
-                    month,
-                    ledger_url,
-                    settings,
-                    polls=polls,
-                    on_progress=artifacts.update,
-                    holder=holder,
-                )
+                stopped = run_batches(carry_out(ledger, plan, answer, settings))
     finally:
         artifacts.finish()
     if uncertain := [b.batch_id for b in ledger.batches(month, BatchStatus.RUNNING)]:
