@@ -23,7 +23,7 @@ from postledger.db import LedgerUnavailable
 from postledger.failures import failure_of
 from postledger.ledger import Ledger, open_ledger
 from postledger.ledger_reads import LedgerError
-from postledger.models import BatchRecord, BatchStatus, FailureKind, PostRecord, utcnow
+from postledger.models import BatchRecord, BatchStatus, FailureKind, utcnow
 from postledger.month_lease import MonthLost
 from postledger.policy import Decision, Failure, after_failure
 from postledger.recovery import finish_from_output
@@ -76,7 +76,6 @@ class _Trip:
 
     ledger: Ledger
     batch: BatchRecord
-    posts: list[PostRecord]
     settings: Settings
     logger: RunLogger
     ledger_failure: str | None = field(default=None)
@@ -97,11 +96,11 @@ async def process_batch(
     settings = current_settings()
     ledger = open_ledger(ledger_url)
     if resume:
-        batch, posts = ledger.batch(batch_id), ledger.posts_of(batch_id)
+        batch = ledger.batch(batch_id)
     else:
         try:
             check_configured(settings)  # a batch is never marked running for nothing
-            batch, posts = ledger.mark_running(
+            batch, _ = ledger.mark_running(
                 batch_id,
                 settings.breaker_name(),
                 idempotent=settings.honours_keys(),
@@ -121,7 +120,7 @@ async def process_batch(
             return BatchOutcome(batch_id, BatchStatus.QUEUED, "not sent", ledger_failure=str(exc))
         crash_point(CrashPoint.AFTER_RUNNING)
 
-    trip = _Trip(ledger, batch, posts, settings, logger)
+    trip = _Trip(ledger, batch, settings, logger)
     try:
         return await _see_through(trip, resume)
     except LedgerUnavailable as exc:
@@ -143,7 +142,7 @@ async def _see_through(trip: _Trip, resume: bool) -> BatchOutcome:
             _count_gateway_retries(trip, exc.gateway_retries)
         decision = after_failure(
             ledger.batch(batch_id),
-            trip.posts,
+            ledger.posts_of(batch_id),  # as they are now: one may have changed since
             failure,
             idempotent=settings.honours_keys(),
             limits=settings.limits(),
