@@ -376,7 +376,14 @@ def slow_faulty(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 
 
 @pytest.mark.processes  # runs postledger in other processes
-@pytest.mark.parametrize("server", ["embedded", "prefect-server"])
+@pytest.mark.parametrize(
+    "server",
+    [
+        "embedded",
+        # One real server per pytest session, shared with the deployment and UI tests.
+        pytest.param("prefect-server", marks=pytest.mark.xdist_group("prefect_server")),
+    ],
+)
 def test_after_a_continue_the_full_window_is_back_at_once(
     slow_faulty: Sim, ledger_url: str, tmp_path: Path, server: str, request: pytest.FixtureRequest
 ) -> None:
