@@ -10,7 +10,7 @@ in the spill file, and if even that cannot be written the run stops loudly with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import Logger, LoggerAdapter
 from typing import Any
 
@@ -78,7 +78,7 @@ class _Trip:
     batch: BatchRecord
     settings: Settings
     logger: RunLogger
-    ledger_failure: str | None = field(default=None)
+    ledger_failure: str | None = None
 
     @property
     def batch_id(self) -> str:

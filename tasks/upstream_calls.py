@@ -36,6 +36,15 @@ def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) 
     return isinstance(state.data, TransportError)
 
 
+# What every one-call task shares: Prefect retries transport faults only, and nothing of a
+# paid call is cached or persisted by Prefect (the ledger keeps it).
+ONE_CALL: dict[str, Any] = {
+    "retry_condition_fn": retry_transient,
+    "cache_policy": NO_CACHE,
+    "persist_result": False,
+}
+
+
 def with_request_retries(call: Task[..., Any], settings: Settings) -> Task[..., Any]:
     """The task with this run's retry settings: exponential backoff with jitter (R10)."""
     return _with_retries(call, settings.request_retries, settings.request_backoff)
@@ -66,9 +75,7 @@ def _count_retry(ledger_url: str, batch_id: str, settings: Settings) -> None:
 @task(
     name="create-upstream-task",
     task_run_name="create {batch_id}",
-    retry_condition_fn=retry_transient,
-    cache_policy=NO_CACHE,
-    persist_result=False,
+    **ONE_CALL,
 )
 async def create_upstream_task(
     batch_id: str,
@@ -97,9 +104,7 @@ async def create_upstream_task(
 @task(
     name="wait-for-upstream-task",
     task_run_name="wait {batch_id}",
-    retry_condition_fn=retry_transient,
-    cache_policy=NO_CACHE,
-    persist_result=False,
+    **ONE_CALL,
 )
 async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -> TaskSnapshot:
     """Poll the upstream task until it ends; polling never pays, so it is always safe to retry."""
@@ -117,9 +122,7 @@ async def wait_for_upstream_task(batch_id: str, task_id: str, ledger_url: str) -
 @task(
     name="find-upstream-task",
     task_run_name="find {batch_id}",
-    retry_condition_fn=retry_transient,
-    cache_policy=NO_CACHE,
-    persist_result=False,
+    **ONE_CALL,
 )
 async def find_upstream_task(
     batch_id: str, idempotency_key: str, settle: float = 0.0
@@ -135,9 +138,7 @@ async def find_upstream_task(
 @task(
     name="adopt-orphaned-tasks",
     task_run_name="adopt orphans {month}",
-    retry_condition_fn=retry_transient,
-    cache_policy=NO_CACHE,
-    persist_result=False,
+    **ONE_CALL,
 )
 async def adopt_orphaned_tasks(month: str, ledger_url: str) -> list[str]:
     """Interrupted batches with no task id saved whose upstream task is found by its
