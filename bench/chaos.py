@@ -48,8 +48,8 @@ def one_trial(n: int, rng: random.Random, latency: float, honour_keys: bool) -> 
     import httpx
 
     from postledger.ledger import Ledger
-    from postledger.models import PostStatus
-    from postledger.sim.server import simulator_process
+    from postledger.record.models import PostStatus
+    from simulator.server import simulator_process
 
     settings = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": str(honour_keys).lower()}
     work = isolated_workdir("postledger-chaos-", **settings)

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
+from postledger.guards.spend import Price
 from postledger.settings import UpstreamKind
-from postledger.spend import Price
 
 # Block field -> Settings field, where the names differ.
 _SETTING_OF = {

@@ -17,9 +17,9 @@ from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from prefect.settings import get_current_settings
 
-from postledger.breaker import advice
+from postledger.guards.breaker import advice
 from postledger.ledger import Ledger
-from postledger.models import (
+from postledger.record.models import (
     Answer,
     ApprovalRecord,
     BatchStatus,

@@ -20,8 +20,8 @@ from prefect.artifacts import (
 )
 
 from postledger.ledger import Ledger
-from postledger.progress import progress_of, status_of
-from postledger.report import completed_share, summary_markdown
+from postledger.progress.report import completed_share, summary_markdown
+from postledger.progress.status import progress_of, status_of
 
 # The UI need not follow every batch: at most one update per this many seconds.
 MIN_SECONDS_BETWEEN_UPDATES = 2.0

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from prefect import get_run_logger
 
 from flows.approval import ask_about_budget, ask_to_continue
-from postledger.breaker import window
-from postledger.db import LedgerUnavailable
+from postledger.guards.breaker import window
 from postledger.ledger import Ledger
-from postledger.models import Answer, BreakerLevel, PostStatus, utcnow
+from postledger.record.db import LedgerUnavailable
+from postledger.record.models import Answer, BreakerLevel, PostStatus, utcnow
 from postledger.settings import Settings
 from tasks.lanes import Lanes
 

@@ -24,21 +24,27 @@ from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import answer_given_before, ask_about_interrupted, carry_out
 from flows.slots import free_stale_slots
-from postledger.db import LedgerUnavailable
+from postledger.batches.posts import (
+    Post,
+    default_posts_path,
+    load_posts,
+    parse_month,
+    previous_month,
+)
+from postledger.guards.spill import Spill
 from postledger.ledger import Ledger, open_ledger
-from postledger.models import BatchStatus
-from postledger.month_lease import MonthBusy
-from postledger.posts import Post, default_posts_path, load_posts, parse_month, previous_month
 from postledger.preflight import NotReady, check_ready
-from postledger.recovery import (
+from postledger.record.db import LedgerUnavailable
+from postledger.record.models import BatchStatus
+from postledger.record.month_lease import MonthBusy
+from postledger.recovery.interrupted import (
     finish_saved_outputs,
     import_spill,
     recovery_plan,
 )
 from postledger.settings import Settings, in_force
-from postledger.spill import Spill
-from postledger.upstream import UpstreamError
 from postledger.upstreams import can_list
+from postledger.upstreams.errors import UpstreamError
 from tasks.upstream_calls import adopt_orphaned_tasks, with_request_retries
 
 __all__ = ["RunStopped", "monthly_posts"]

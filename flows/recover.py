@@ -10,11 +10,11 @@ from prefect import get_run_logger
 from prefect.input import RunInput
 
 from flows.approval import pause_for_answer
+from postledger.guards.spend import money
 from postledger.ledger import Ledger
-from postledger.models import ApprovalRecord, Question
-from postledger.recovery import RecoveryAction, RecoveryPlan
+from postledger.record.models import ApprovalRecord, Question
+from postledger.recovery.interrupted import RecoveryAction, RecoveryPlan
 from postledger.settings import Settings
-from postledger.spend import money
 
 
 class RecoveryAnswer(RunInput):

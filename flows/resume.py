@@ -16,7 +16,7 @@ from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
 from prefect.flow_runs import resume_flow_run
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from postledger.models import ApprovalRecord
+from postledger.record.models import ApprovalRecord
 
 
 class NotResumed(RuntimeError):

@@ -1,7 +1,7 @@
 """The ledger: every post, batch and status change of every month, persisted.
 
 Each write is one transaction that holds the month's lock (R5) and goes through
-`postledger.states.Transitions`, so history and state can never disagree.
+`postledger.record.states.Transitions`, so history and state can never disagree.
 """
 
 from __future__ import annotations
@@ -17,14 +17,24 @@ from typing import Any
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
-from postledger.analysis import OutputCheck
-from postledger.approvals import Approvals
-from postledger.breaker import apply_signal, check_may_start
-from postledger.charges import account, check_budget, settle
-from postledger.db import BREAKERS, WriteLocks, create_schema, make_engine
-from postledger.ledger_reads import LedgerError, LedgerReads
-from postledger.migrate import check_current, current_revision
-from postledger.models import (
+from postledger.batches.output import OutputCheck
+from postledger.batches.planning import Sized, plan_batches
+from postledger.batches.posts import (
+    Post,
+    changed_parts,
+    fingerprint,
+    input_parts,
+    legacy_fingerprint,
+)
+from postledger.failures.policy import Decision
+from postledger.guards.approvals import Approvals
+from postledger.guards.breaker import apply_signal, check_may_start
+from postledger.guards.charges import account, check_budget, settle
+from postledger.guards.spend import Price, estimate, unpriced_budget
+from postledger.guards.spill import SpillKind
+from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine
+from postledger.record.migrate import check_current, current_revision
+from postledger.record.models import (
     BatchRecord,
     BatchStatus,
     Charge,
@@ -38,19 +48,9 @@ from postledger.models import (
     month_of,
     utcnow,
 )
-from postledger.month_lease import MonthLeases, check_holds
-from postledger.planning import Sized, plan_batches
-from postledger.policy import Decision
-from postledger.posts import (
-    Post,
-    changed_parts,
-    fingerprint,
-    input_parts,
-    legacy_fingerprint,
-)
-from postledger.spend import Price, estimate, unpriced_budget
-from postledger.spill import SpillKind
-from postledger.states import Transitions
+from postledger.record.month_lease import MonthLeases, check_holds
+from postledger.record.reads import LedgerError, LedgerReads
+from postledger.record.states import Transitions
 
 
 @dataclass(frozen=True)
@@ -406,7 +406,7 @@ class Ledger(LedgerReads):
         *,
         upstream: str | None = None,
     ) -> None:
-        """Carry out a business decision (postledger.policy) in one transaction: successes
+        """Carry out a business decision (postledger.failures.policy) in one transaction: successes
         saved first (R13), the others retried, split, made to wait or ended with a reason;
         and what the outcome tells `upstream`'s breaker (R18)."""
         month = month_of(batch_id)

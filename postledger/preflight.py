@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
+from postledger.guards.spend import unpriced_budget
 from postledger.settings import Settings, UpstreamKind
-from postledger.spend import unpriced_budget
 from postledger.upstreams import UpstreamNotConfigured, check_configured
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})

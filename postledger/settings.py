@@ -18,9 +18,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
-from postledger.policy import Limits
-from postledger.spend import DEFAULT_PRICES, Price
-from postledger.spill import month_file
+from postledger.failures.policy import Limits
+from postledger.guards.spend import DEFAULT_PRICES, Price
+from postledger.guards.spill import month_file
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
@@ -217,7 +217,7 @@ class Settings(BaseSettings):
         return Path.cwd() / ".postledger" / "spill.jsonl"
 
     def spill_file(self, month: str) -> Path:
-        """The spill file of one month (postledger.spill)."""
+        """The spill file of one month (postledger.guards.spill)."""
         return month_file(self.resolved_spill_path(), month)
 
     def resolved_database_url(self, *, create_folder: bool = True) -> str:

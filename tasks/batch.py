@@ -16,26 +16,22 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from postledger.breaker import BreakerHeld
-from postledger.charges import BudgetHeld
-from postledger.crash import CrashPoint, crash_point
-from postledger.db import LedgerUnavailable
-from postledger.failures import failure_of
+from postledger.failures.classify import failure_of
+from postledger.failures.policy import Decision, Failure, after_failure
+from postledger.guards.breaker import BreakerHeld
+from postledger.guards.charges import BudgetHeld
+from postledger.guards.spill import SpillFailed, SpillKind, spill_for
 from postledger.ledger import Ledger, open_ledger
-from postledger.ledger_reads import LedgerError
-from postledger.models import BatchRecord, BatchStatus, FailureKind, utcnow
-from postledger.month_lease import MonthLost
-from postledger.policy import Decision, Failure, after_failure
-from postledger.recovery import finish_from_output
+from postledger.record.crash import CrashPoint, crash_point
+from postledger.record.db import LedgerUnavailable
+from postledger.record.models import BatchRecord, BatchStatus, FailureKind, utcnow
+from postledger.record.month_lease import MonthLost
+from postledger.record.reads import LedgerError
+from postledger.recovery.interrupted import finish_from_output
 from postledger.settings import Settings, current_settings
-from postledger.spill import SpillFailed, SpillKind, spill_for
-from postledger.upstream import (
-    AmbiguousCreate,
-    TaskSnapshot,
-    TransportError,
-    UpstreamError,
-)
 from postledger.upstreams import UpstreamNotConfigured, can_list, check_configured
+from postledger.upstreams.calls import TaskSnapshot
+from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
 from tasks.upstream_calls import (
     create_upstream_task,
     find_upstream_task,

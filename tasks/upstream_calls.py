@@ -15,19 +15,14 @@ from prefect.client.schemas.objects import State, TaskRun
 from prefect.runtime import task_run as current_task_run
 from prefect.tasks import exponential_backoff
 
-from postledger.db import LedgerUnavailable
+from postledger.guards.spill import SpillKind, spill_for
 from postledger.ledger import open_ledger
-from postledger.recovery import adopt_orphans
+from postledger.record.db import LedgerUnavailable
+from postledger.recovery.interrupted import adopt_orphans
 from postledger.settings import Settings, current_settings
-from postledger.spill import SpillKind, spill_for
-from postledger.upstream import (
-    AmbiguousCreate,
-    Created,
-    CreateRequest,
-    TaskSnapshot,
-    TransportError,
-)
 from postledger.upstreams import upstream_for
+from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot
+from postledger.upstreams.errors import AmbiguousCreate, TransportError
 
 
 def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:

@@ -48,7 +48,7 @@ import httpx  # noqa: E402
 import pytest  # noqa: E402
 
 from postledger.ledger import Ledger, open_ledger  # noqa: E402
-from postledger.sim.server import simulator_process  # noqa: E402
+from simulator.server import simulator_process  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 a small in-test upstream with its own charge log, the outputs it writes, the real upstream
 error objects it raises, and a fresh ledger per Hypothesis example.
 
-The model upstream plays the part of the paid AI as `postledger/sim/upstream.py` does, without
+The model upstream plays the part of the paid AI as `simulator/upstream.py` does, without
 HTTP: a create that reaches it makes (and charges) a task, unless it honours idempotency keys
 and knows the key already; it remembers which batch, key, send and posts it charged.
 """
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-import postledger.upstream as upstream_module
-from postledger.failures import failure_of
+import postledger.upstreams.errors as upstream_module
+from postledger.failures.classify import failure_of
+from postledger.failures.policy import Failure, Reach
+from postledger.guards.spend import OUTPUT_TOKENS_PER_POST, tokens_of
 from postledger.ledger import Ledger
-from postledger.models import FailureKind
-from postledger.policy import Failure, Reach
-from postledger.spend import OUTPUT_TOKENS_PER_POST, tokens_of
-from postledger.upstream import (
+from postledger.record.models import FailureKind
+from postledger.upstreams.errors import (
     AmbiguousCreate,
     RejectedError,
     TaskStillRunning,
@@ -173,7 +173,7 @@ class PollFault(StrEnum):
 
 
 def create_error(fault: CreateFault, *, honour_keys: bool, retry_after: float) -> UpstreamError:
-    """The error a create ends with, as `postledger.upstream`'s clients raise it."""
+    """The error a create ends with, as the upstream clients raise it."""
     if fault is CreateFault.AMBIGUOUS:
         if honour_keys:
             return TransportError("read timeout after the request was sent", maybe_sent=True)

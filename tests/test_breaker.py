@@ -17,10 +17,10 @@ from uuid import UUID
 
 import pytest
 
-from postledger.breaker import BreakerHeld, Signal, level_after, window
+from postledger.batches.posts import Post
+from postledger.guards.breaker import BreakerHeld, Signal, level_after, window
 from postledger.ledger import Ledger
-from postledger.models import Answer, BreakerLevel, PostStatus
-from postledger.posts import Post
+from postledger.record.models import Answer, BreakerLevel, PostStatus
 from tests.conftest import Sim, ai_batch_slots_taken, start_sim, task_runs_of, write_jsonl
 from tests.prefect_server import PrefectServer
 
@@ -222,7 +222,7 @@ def flow_run_state(flow_run_id: str) -> str:
 
 def postledger(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "postledger", *args],
+        [sys.executable, "-m", "cli", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -398,7 +398,7 @@ def test_after_a_continue_the_full_window_is_back_at_once(
         env.update(prefect.client_env(tmp_path / "prefect-client"))
     posts = str(posts_file(tmp_path, 8))
     run = subprocess.Popen(
-        [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", posts],
+        [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", posts],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from postledger.breaker import Signal
+from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
-from postledger.models import Answer, BreakerLevel, Question
+from postledger.record.models import Answer, BreakerLevel, Question
 from tests.conftest import REPO, write_jsonl
 
 SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
@@ -23,7 +23,7 @@ def postledger(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Comple
     env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect-home"), "COLUMNS": "200"}
     env = {k: v for k, v in env.items() if not k.startswith("POSTLEDGER_")}
     return subprocess.run(
-        [sys.executable, "-m", "postledger", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -133,9 +133,9 @@ def test_breaker_and_approve_on_a_fresh_folder(tmp_path: Path) -> None:
 
 
 def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> None:
-    from postledger.db import make_engine
     from postledger.ledger import Ledger
-    from postledger.migrate import head_revision, upgrade
+    from postledger.record.db import make_engine
+    from postledger.record.migrate import head_revision, upgrade
 
     url = f"sqlite:///{tmp_path / '.postledger' / 'ledger.db'}"
     (tmp_path / ".postledger").mkdir()

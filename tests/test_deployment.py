@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from postledger.ledger import Ledger
-from postledger.models import PostStatus
-from postledger.sample import generate_posts, write_posts
-from postledger.sim.server import simulator_process
+from postledger.record.models import PostStatus
+from simulator.sample import generate_posts, write_posts
+from simulator.server import simulator_process
 from tests.conftest import REPO, Sim, ledger_text
 from tests.prefect_server import PrefectServer
 
@@ -79,7 +79,7 @@ def deployed(
         ledger_url = plain_url.replace("postgres@", f"postgres:{DB_PASSWORD}@", 1)
         assert DB_PASSWORD in ledger_url
         setup_env = {**env, "POSTLEDGER_DATABASE_URL": ledger_url}
-        out = _run([sys.executable, "-m", "postledger", "setup"], setup_env)
+        out = _run([sys.executable, "-m", "cli", "setup"], setup_env)
         assert DB_PASSWORD not in out and f"work pool {POOL}" in out
         spill = work / "spill"  # shared by both workers, as a shared volume would be
         spill.mkdir()

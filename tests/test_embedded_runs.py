@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, PostStatus
+from postledger.record.models import BatchStatus, PostStatus
 from tests.conftest import write_jsonl
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
@@ -41,7 +41,7 @@ class Processes:
         # Output to a file: a pipe nobody reads could block it, and an orphan keeps it open.
         with (self.cwd / f"{name}.out").open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "postledger", *args],
+                [sys.executable, "-m", "cli", *args],
                 cwd=self.cwd,
                 env=self.env,
                 stdin=subprocess.DEVNULL,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
+from postledger.record.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
 from tests.conftest import Sim, fast_timings, ledger_text, start_openai_sim, start_sim
 
 MONTH = "2026-10"
@@ -274,7 +274,7 @@ def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from postledger.recovery import RecoveryAction, recovery_plan
+    from postledger.recovery.interrupted import RecoveryAction, recovery_plan
     from postledger.settings import Settings
 
     monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", "false")

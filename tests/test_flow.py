@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from postledger.batches.posts import load_posts
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, PostStatus
-from postledger.posts import load_posts
-from postledger.sim.model import analyse
+from postledger.record.models import BatchStatus, PostStatus
+from simulator.model import analyse
 from tests.conftest import REPO, Sim, ai_batch_slots_taken, task_runs_of
 
 SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"

@@ -30,19 +30,14 @@ import pytest
 from pydantic import SecretStr
 
 from postledger.children import stop_child, wait_answering
-from postledger.failures import failure_of
-from postledger.models import FailureKind
-from postledger.policy import Reach
-from postledger.sim.server import simulator_process
-from postledger.upstream import (
-    CreateRequest,
-    RejectedError,
-    Timeouts,
-    TransportError,
-    UpstreamError,
-    gateway_retries_of,
-)
+from postledger.failures.classify import failure_of
+from postledger.failures.policy import Reach
+from postledger.record.models import FailureKind
+from postledger.upstreams.calls import CreateRequest
+from postledger.upstreams.errors import RejectedError, TransportError, UpstreamError
+from postledger.upstreams.http import Timeouts, gateway_retries_of
 from postledger.upstreams.openai_chat import OpenAIChatClient
+from simulator.server import simulator_process
 
 MODEL = "gateway-analyst"  # the proxy's name for the simulator's sim-analyst-1
 POSTS = [("p-1", "The bus was late again."), ("p-2", "Lovely concert last night.")]
@@ -225,7 +220,7 @@ def test_a_month_through_the_gateway_records_a_charge_it_may_have_made_once(
     not failed, not resent."""
     from flows.monthly import monthly_posts
     from postledger.ledger import Ledger
-    from postledger.models import BatchStatus, SpendState
+    from postledger.record.models import BatchStatus, SpendState
 
     for name, value in {
         "UPSTREAM_KIND": "openai_chat",

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from postledger.ledger import Ledger
-from postledger.posts import (
+from postledger.batches.posts import (
     AN_OBJECT,
     InputError,
     Post,
@@ -17,6 +16,7 @@ from postledger.posts import (
     parse_month,
     previous_month,
 )
+from postledger.ledger import Ledger
 from tests.conftest import write_jsonl
 
 GOOD = '{"id": "a", "text": "hello"}'

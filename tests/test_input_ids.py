@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from postledger.analysis import check_output
+from postledger.batches.output import check_output
 
 
 def item(post_id: object, summary: str = "fine") -> dict[str, object]:

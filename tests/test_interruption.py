@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
-from postledger.models import BatchRecord, BatchStatus, PostStatus
+from postledger.record.models import BatchRecord, BatchStatus, PostStatus
 from tests.conftest import Sim, start_sim, write_jsonl
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
@@ -52,7 +52,7 @@ def run_and_kill(
         "POSTLEDGER_DATABASE_URL": ledger_url,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", str(posts)],
+        [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", str(posts)],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,

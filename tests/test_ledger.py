@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from postledger.analysis import check_output
+from postledger.batches.output import check_output
+from postledger.batches.posts import Post
+from postledger.failures.policy import Limits, after_output
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, FailureKind, PostStatus
-from postledger.policy import Limits, after_output
-from postledger.posts import Post
-from postledger.sim.model import write_output
-from postledger.states import IllegalTransition
+from postledger.record.models import BatchStatus, FailureKind, PostStatus
+from postledger.record.states import IllegalTransition
+from simulator.model import write_output
 
 MONTH = "2026-10"
 
@@ -219,7 +219,7 @@ def test_month_writes_are_serialized(any_ledger_url: str, same_process: bool) ->
 def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> None:
     """A ledger written before `inputs` existed (schema revision 0001): it is upgraded, and a
     post that matches its old fingerprint is the same work, not a change paid for again."""
-    from postledger.posts import Post, legacy_fingerprint
+    from postledger.batches.posts import Post, legacy_fingerprint
     from tests.test_migrations import ledger_at_baseline
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
@@ -252,8 +252,8 @@ def test_one_run_per_month(any_ledger_url: str) -> None:
 
     from sqlmodel import Session
 
-    from postledger.models import MonthRunRecord, utcnow
-    from postledger.month_lease import STALE, MonthBusy
+    from postledger.record.models import MonthRunRecord, utcnow
+    from postledger.record.month_lease import STALE, MonthBusy
 
     ledger = Ledger(any_ledger_url)
     ledger.leases.claim(MONTH, "run-a")

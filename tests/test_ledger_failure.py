@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from postledger.guards.spill import Spill, SpillError, SpillKind
 from postledger.ledger import open_ledger
-from postledger.models import BatchStatus, PostStatus, utcnow
-from postledger.spill import Spill, SpillError, SpillKind
+from postledger.record.models import BatchStatus, PostStatus, utcnow
 from tests.conftest import Sim, sqlite_ledger_only, start_sim, write_jsonl
 
 MONTH = "2026-10"

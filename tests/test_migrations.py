@@ -12,10 +12,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, text
 from sqlmodel import SQLModel
 
-from postledger.db import make_engine
+from postledger.batches.posts import Post
 from postledger.ledger import Ledger
-from postledger.migrate import SchemaMismatch, head_revision, upgrade
-from postledger.posts import Post
+from postledger.record.db import make_engine
+from postledger.record.migrate import SchemaMismatch, head_revision, upgrade
 
 
 def test_a_new_ledger_is_made_by_the_revisions_and_matches_the_models(

@@ -13,10 +13,15 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from postledger.analysis import check_output
-from postledger.breaker import BreakerHeld, Signal
+from postledger.batches.output import check_output
+from postledger.batches.posts import Post
+from postledger.failures.policy import Failure, Limits, Reach, after_failure, after_output
+from postledger.guards.breaker import BreakerHeld, Signal
+from postledger.guards.spend import DEFAULT_PRICES
+from postledger.guards.spill import Spill, SpillFailed, SpillKind
 from postledger.ledger import Ledger
-from postledger.models import (
+from postledger.preflight import problems_of
+from postledger.record.models import (
     BatchStatus,
     BreakerLevel,
     FailureKind,
@@ -25,14 +30,9 @@ from postledger.models import (
     SpendState,
     utcnow,
 )
-from postledger.month_lease import STALE, MonthLost
-from postledger.policy import Failure, Limits, Reach, after_failure, after_output
-from postledger.posts import Post
-from postledger.preflight import problems_of
+from postledger.record.month_lease import STALE, MonthLost
 from postledger.settings import Settings
-from postledger.sim.model import write_output
-from postledger.spend import DEFAULT_PRICES
-from postledger.spill import Spill, SpillFailed, SpillKind
+from simulator.model import write_output
 
 MONTH, OTHER = "2026-10", "2026-11"
 UPSTREAM = "sim-upstream"

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
+from postledger.guards.spill import Spill
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, Charge, PostStatus, SpendState
-from postledger.recovery import RecoveryAction, recovery_plan
+from postledger.record.models import BatchStatus, Charge, PostStatus, SpendState
+from postledger.recovery.interrupted import RecoveryAction, recovery_plan
 from postledger.settings import Settings
-from postledger.spill import Spill
 from tests.conftest import Sim, fast_timings, sqlite_ledger_only, start_sim, write_jsonl
 
 MONTH = "2026-10"

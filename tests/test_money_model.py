@@ -42,11 +42,14 @@ from hypothesis.stateful import (
 )
 from sqlmodel import Session, select
 
-from postledger.breaker import BreakerHeld
-from postledger.charges import BudgetHeld, spend_summary
-from postledger.failures import failure_of
+from postledger.batches.posts import Post
+from postledger.failures.classify import failure_of
+from postledger.failures.policy import Failure, Limits, after_failure
+from postledger.guards.breaker import BreakerHeld
+from postledger.guards.charges import BudgetHeld, spend_summary
+from postledger.guards.spend import Price, estimate
 from postledger.ledger import Ledger
-from postledger.models import (
+from postledger.record.models import (
     Answer,
     ApprovalRecord,
     BatchRecord,
@@ -62,17 +65,14 @@ from postledger.models import (
     SpendState,
     utcnow,
 )
-from postledger.month_lease import MonthLost
-from postledger.policy import Failure, Limits, after_failure
-from postledger.posts import Post
-from postledger.recovery import (
+from postledger.record.month_lease import MonthLost
+from postledger.recovery.interrupted import (
     RecoveryAction,
     finish_from_output,
     finish_saved_outputs,
     plan_recovery,
 )
-from postledger.spend import Price, estimate
-from postledger.upstream import UpstreamError
+from postledger.upstreams.errors import UpstreamError
 from tests.conftest import LEDGER_ON_POSTGRES
 from tests.money_model import (
     PROMPT,

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from postledger.crash import CRASH_EXIT_CODE
 from postledger.ledger import Ledger
-from postledger.models import BatchStatus, Charge, FailureKind, PostStatus
+from postledger.record.crash import CRASH_EXIT_CODE
+from postledger.record.models import BatchStatus, Charge, FailureKind, PostStatus
 from tests.conftest import Sim, fast_timings, start_openai_sim
 from tests.test_faults import MONTH, assert_attempts_are_charges, run, statuses
 from tests.test_recovery import run_month

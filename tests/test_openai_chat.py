@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from postledger.crash import CRASH_EXIT_CODE
 from postledger.ledger import Ledger
-from postledger.models import Answer, BatchStatus, Charge, FailureKind, PostStatus
+from postledger.record.crash import CRASH_EXIT_CODE
+from postledger.record.models import Answer, BatchStatus, Charge, FailureKind, PostStatus
 from tests.conftest import Sim, fast_timings, start_openai_sim
 from tests.test_faults import MONTH, assert_attempts_are_charges, run, statuses
 from tests.test_recovery import postledger, run_month
@@ -132,7 +132,7 @@ def test_a_request_left_unanswered_is_uncertain_and_never_resent_automatically(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from postledger.recovery import RecoveryAction, recovery_plan
+    from postledger.recovery.interrupted import RecoveryAction, recovery_plan
     from postledger.settings import Settings
 
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
@@ -211,7 +211,7 @@ def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
 def test_rate_limit_headers_as_openai_writes_them() -> None:
     from httpx import Headers
 
-    from postledger.upstream import parse_reset, retry_after_of
+    from postledger.upstreams.http import parse_reset, retry_after_of
 
     assert parse_reset("1s") == 1 and parse_reset("6m0s") == 360 and parse_reset("20ms") == 0.02
     assert parse_reset("1h2m3.5s") == 3723.5 and parse_reset("soon") is None

@@ -11,8 +11,8 @@ import time
 import openai
 import pytest
 
-from postledger.sim.model import analyse
-from postledger.sim.server import simulator_process
+from simulator.model import analyse
+from simulator.server import simulator_process
 
 POSTS = [{"id": "a", "text": "I love it, thanks!"}, {"id": "b", "text": "Why is it broken?"}]
 SECRET = "sk-sim-sdk-0123456789"

@@ -19,10 +19,10 @@ from uuid import UUID
 
 import pytest
 
+from postledger.guards.spend import DEFAULT_PRICES, cost_of, estimate
 from postledger.ledger import Ledger
-from postledger.models import Answer, PostStatus, Question, SpendState
+from postledger.record.models import Answer, PostStatus, Question, SpendState
 from postledger.settings import DEFAULT_PROMPT
-from postledger.spend import DEFAULT_PRICES, cost_of, estimate
 from tests.conftest import Sim, fast_timings, start_sim, write_jsonl
 
 MONTH = "2026-10"
@@ -50,7 +50,7 @@ def posts_file(tmp_path: Path, n: int) -> Path:
 
 def postledger(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "postledger", *args],
+        [sys.executable, "-m", "cli", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -109,7 +109,7 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
             [
                 sys.executable,
                 "-m",
-                "postledger",
+                "cli",
                 "status",
                 "-m",
                 MONTH,
@@ -168,7 +168,7 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
         }
         posts = str(posts_file(tmp_path, 100))
         run = subprocess.Popen(
-            [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", posts],
+            [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", posts],
             env=env,
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
@@ -210,7 +210,7 @@ class start_sim_pair:
 
 def actual_cost(posts: list[tuple[str, str]]) -> int:
     """The simulator's own charge for a batch, from its own token counting."""
-    from postledger.sim.model import count_tokens, write_output
+    from simulator.model import count_tokens, write_output
 
     input_tokens = count_tokens(DEFAULT_PROMPT) + sum(count_tokens(t) for _, t in posts)
     return cost_of(PRICE, input_tokens, count_tokens(write_output(posts)))

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from postledger.crash import CRASH_EXIT_CODE, CrashPoint
 from postledger.ledger import Ledger
-from postledger.models import Answer, BatchStatus, FailureKind, PostStatus
+from postledger.record.crash import CRASH_EXIT_CODE, CrashPoint
+from postledger.record.models import Answer, BatchStatus, FailureKind, PostStatus
 from tests.conftest import Sim, start_sim, write_jsonl
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
@@ -47,7 +47,7 @@ def postledger(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
     out, err = tmp_path / "last.out", tmp_path / "last.err"
     with out.open("w") as stdout, err.open("w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "postledger", *args],
+            [sys.executable, "-m", "cli", *args],
             cwd=tmp_path,
             env={**os.environ, **env},  # the worker's Prefect home: migrated once
             stdout=stdout,

@@ -1,4 +1,4 @@
-"""Tests for the deterministic sample month (`postledger.sample`)."""
+"""Tests for the deterministic sample month (`simulator.sample`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from postledger.sample import generate_posts, write_posts
+from simulator.sample import generate_posts, write_posts
 
 KEYS = ["id", "text", "author", "created_at", "lang", "source"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from postledger.sim.faults import FaultPlan, parse_compact
-from postledger.sim.model import analyse
-from postledger.sim.server import simulator_process
+from simulator.faults import FaultPlan, parse_compact
+from simulator.model import analyse
+from simulator.server import simulator_process
 
 POSTS = [{"id": "a", "text": "I love it, thanks!"}, {"id": "b", "text": "Why is it broken?"}]
 

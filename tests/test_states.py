@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import Session, select
 
 from postledger.ledger import Ledger
-from postledger.models import (
+from postledger.record.models import (
     BatchRecord,
     BatchStatus,
     EventRecord,
@@ -17,7 +17,7 @@ from postledger.models import (
     PostRecord,
     PostStatus,
 )
-from postledger.states import (
+from postledger.record.states import (
     BATCH_TRANSITIONS,
     POST_TRANSITIONS,
     IllegalTransition,
@@ -124,8 +124,8 @@ def test_only_the_state_machine_assigns_a_status() -> None:
 
 
 def test_breaker_levels_move_only_along_the_table(ledger: Ledger) -> None:
-    from postledger.models import BreakerLevel, BreakerRecord
-    from postledger.states import BREAKER_TRANSITIONS, move_breaker
+    from postledger.record.models import BreakerLevel, BreakerRecord
+    from postledger.record.states import BREAKER_TRANSITIONS, move_breaker
 
     engine = ledger.engine
     for current in BreakerLevel:

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from postledger.ledger import Ledger
-from postledger.models import Answer, BreakerLevel, PostStatus
+from postledger.record.models import Answer, BreakerLevel, PostStatus
 from tests.conftest import Sim, start_sim, write_jsonl
 from tests.prefect_server import PrefectServer
 
@@ -96,7 +96,7 @@ def test_breaker_question_answered_in_the_prefect_ui(
     run_log = tmp_path / "run.log"
     with open(run_log, "wb") as out:
         run = subprocess.Popen(
-            [sys.executable, "-m", "postledger", "run", "--month", MONTH, "--posts", str(posts)],
+            [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", str(posts)],
             env=env,
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,

@@ -17,25 +17,22 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from postledger.failures import classify, failure_of
-from postledger.models import FailureKind
-from postledger.policy import Reach
-from postledger.upstream import (
+from postledger.failures.classify import classify, failure_of
+from postledger.failures.policy import Reach
+from postledger.record.models import FailureKind
+from postledger.upstreams.calls import Created, CreateRequest
+from postledger.upstreams.errors import (
     AmbiguousCreate,
-    Created,
-    CreateRequest,
     EndpointNotFound,
-    HttpUpstream,
     RejectedError,
-    TaskApiClient,
     TaskUnknownError,
     TransportError,
     UpstreamError,
-    gateway_retries_of,
-    retry_after_of,
 )
+from postledger.upstreams.http import HttpUpstream, gateway_retries_of, retry_after_of
 from postledger.upstreams.openai_batch import OpenAIBatchClient, metadata_of
 from postledger.upstreams.openai_chat import OpenAIChatClient
+from postledger.upstreams.task_api import TaskApiClient
 
 KEY = "sk-test-secret-0123456789"
 REQUEST = CreateRequest("2026-10-b0001", "sim-analyst-1", "Analyse.", [("p1", "hello")], "key-1")

@@ -11,7 +11,8 @@ What differs is said by three attributes, which the business layer reads instead
 - `can_list`: `find_task` can find a task whose id was never saved (the Batch API, by the
   metadata naming the ledger batch and its key): the orphan is adopted, not paid again.
 
-All raise the same typed errors (`postledger.upstream`), which `postledger.failures` classifies.
+All raise the same typed errors (`postledger.upstreams.errors`), which
+`postledger.failures.classify` classifies.
 """
 
 from __future__ import annotations
@@ -19,16 +20,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from postledger.settings import Settings, UpstreamKind
-from postledger.upstream import (
-    Created,
-    CreateRequest,
-    HttpUpstream,
-    TaskApiClient,
-    TaskSnapshot,
-    Timeouts,
-)
+from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot
+from postledger.upstreams.http import HttpUpstream, Timeouts
 from postledger.upstreams.openai_batch import OpenAIBatchClient
 from postledger.upstreams.openai_chat import OpenAIChatClient
+from postledger.upstreams.task_api import TaskApiClient
 
 __all__ = [
     "CreateRequest",

@@ -26,18 +26,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from postledger.upstream import (
-    AmbiguousCreate,
-    Created,
-    CreateRequest,
-    HttpUpstream,
-    TaskSnapshot,
-    TaskStatus,
-    TransportError,
-    UpstreamError,
-    _json,
-    gateway_retries_of,
-)
+from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
+from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
+from postledger.upstreams.http import HttpUpstream, gateway_retries_of, json_body
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 BATCH_KEY = "postledger_batch"
@@ -115,7 +106,7 @@ class OpenAIBatchClient(HttpUpstream):
             for post_id, text in request.posts
         )
         try:
-            uploaded = _json(
+            uploaded = json_body(
                 await self._send(
                     "POST",
                     "/files",
@@ -146,7 +137,7 @@ class OpenAIBatchClient(HttpUpstream):
                 status=exc.http_status,
                 gateway_retries=exc.gateway_retries,
             ) from None
-        made = _json(response)
+        made = json_body(response)
         return Created(
             _text(made.get("id"), "the upstream made the batch but sent no id"),
             gateway_retries=gateway_retries_of(response.headers),
@@ -161,7 +152,7 @@ class OpenAIBatchClient(HttpUpstream):
             params: dict[str, Any] = {"limit": min(PAGE, self.search_limit - seen)}
             if after:
                 params["after"] = after
-            page = _json(await self._send("GET", "/batches", params=params))
+            page = json_body(await self._send("GET", "/batches", params=params))
             data = [b for b in page.get("data") or [] if isinstance(b, dict)]
             for batch in data:
                 metadata = batch.get("metadata") or {}
@@ -174,7 +165,7 @@ class OpenAIBatchClient(HttpUpstream):
         return None
 
     async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        data = _json(await self._send("GET", f"/batches/{task_id}", reads_task=True))
+        data = json_body(await self._send("GET", f"/batches/{task_id}", reads_task=True))
         status = _STATUS.get(str(data.get("status")))
         if status is None:
             raise UpstreamError(f"unexpected batch status {data.get('status')!r}")

@@ -7,10 +7,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from postledger.analysis import Category, Sentiment
+from postledger.batches.output import Category, Sentiment
 
 # Appended to the configured prompt: response_format asks for a JSON *object*, so the list of
-# analyses travels as {"results": [...]}, which `postledger.analysis.check_output` unwraps.
+# analyses travels as {"results": [...]}, which `postledger.batches.output.check_output` unwraps.
 ENVELOPE = (
     'Wrap the list in one JSON object: {"results": [...]}, one item per post, with the post\'s id.'
 )

@@ -1,0 +1,3 @@
+from cli.app import app
+
+app(prog_name="postledger")

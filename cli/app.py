@@ -1,0 +1,527 @@
+"""`postledger`: run a month, look at it, prepare the machine, make sample data, simulate.
+
+Commands that need Prefect import it when they run, so `status` and `sim` start fast and the
+core stays importable without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from postledger.batches.posts import InputError, parse_month
+from postledger.settings import Settings
+
+if TYPE_CHECKING:
+    from postledger.record.models import Question
+
+app = typer.Typer(
+    help="Send a month of posts to a paid AI service in batches, with a ledger that never loses "
+    "track of what was sent, paid for, or finished.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+sim_app = typer.Typer(help="The bundled upstream simulator (a stand-in for the paid AI).")
+app.add_typer(sim_app, name="sim")
+
+out = Console()
+err = Console(stderr=True)
+
+MonthOption = Annotated[str, typer.Option("--month", "-m", help="The month, as YYYY-MM.")]
+
+
+def _month(value: str) -> str:
+    try:
+        return parse_month(value)
+    except InputError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(
+    month: MonthOption,
+    posts: Annotated[
+        Path | None, typer.Option(help="JSONL file of posts; default data/posts/YYYY-MM.jsonl")
+    ] = None,
+    latency: Annotated[
+        float, typer.Option(help="Simulator only: seconds each upstream task takes.")
+    ] = 1.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Prefect's logs.")] = False,
+    poll: Annotated[
+        bool,
+        typer.Option(
+            "--poll", help="Yes, up front: poll the known tasks of interrupted batches (free)."
+        ),
+    ] = False,
+    resubmit: Annotated[
+        bool,
+        typer.Option(
+            "--resubmit",
+            help="Yes, up front: send again interrupted batches with no task id; they may be "
+            "charged twice (see `postledger plan`).",
+        ),
+    ] = False,
+) -> None:
+    """Run the monthly flow for MONTH now, in this process (Prefect's local mode).
+
+    With no POSTLEDGER_UPSTREAM_URL set, the bundled simulator is started on a free loopback
+    port: no real AI is called and nothing is paid. Batches an earlier run sent but never saw
+    answered are polled or resubmitted only with a yes: --poll / --resubmit given here, or
+    asked for in the paused run's form once everything safe is done.
+    """
+    from cli.runner import run_month
+
+    month = _month(month)
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    answers = {"poll": poll, "resubmit": resubmit} if poll or resubmit else {}
+    code = run_month(month, posts, sim_latency=latency, console=out, **answers)
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(
+    month: MonthOption,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh every few seconds until Ctrl-C.")
+    ] = False,
+    every: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 3.0,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="List every failed post with its kind and reason.")
+    ] = False,
+) -> None:
+    """Where MONTH stands, read from the ledger alone: it opens the ledger read-only and makes
+    no network call at all (R30)."""
+    from postledger.progress.status import (
+        failed_posts_table,
+        failures_table,
+        month_status,
+        status_table,
+    )
+
+    month = _month(month)
+    settings = Settings()
+
+    def show() -> None:
+        report = month_status(settings, month)
+        if report is None:
+            err.print(
+                f"[yellow]The ledger knows nothing of {month} yet.[/] Run: postledger run "
+                f"--month {month}"
+            )
+            raise typer.Exit(1)
+        if as_json:
+            sys.stdout.write(json.dumps(report, indent=2) + "\n")
+            return
+        out.print(status_table(report))
+        if (table := failures_table(report)) is not None:
+            out.print(table)
+        if failed:
+            out.print(failed_posts_table(settings, month))
+
+    if not watch:
+        show()
+        return
+    import signal
+    import threading
+
+    # Ctrl-C sets a flag rather than raising: a KeyboardInterrupt that lands inside a driver's
+    # clean-up is swallowed there ("Exception ignored in ..."), and the loop would go on.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.is_set():
+        out.clear()
+        show()
+        stop.wait(every)
+
+
+@app.command()
+def report(
+    month: MonthOption,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the files to.")] = Path(
+        "reports"
+    ),
+) -> None:
+    """Write MONTH's results: posts-MONTH.jsonl and .csv (one row per post: id, status,
+    result fields, failure kind and reason, attempts, cost share) and summary-MONTH.md. Reads
+    the ledger only (never calls the AI)."""
+    from postledger.progress.report import write_report
+    from postledger.progress.status import open_read_only, status_of
+
+    month = _month(month)
+    ledger = open_read_only(Settings())
+    summary = status_of(ledger, month) if ledger is not None else None
+    if ledger is None or summary is None:
+        err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
+        raise typer.Exit(1)
+    written = write_report(ledger, month, summary, out_dir)
+    ledger.close()
+    for path in written:
+        out.print(f"wrote {path}")
+
+
+@app.command()
+def retry(
+    month: MonthOption,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", "-k", help="Only failed posts of this kind (repeatable)."),
+    ] = None,
+) -> None:
+    """A person's decision: plan MONTH's failed posts again (all, or of --kind); the next
+    `postledger run` sends them. Sending again may be charged again."""
+    from postledger.ledger import Ledger
+    from postledger.record.models import FailureKind
+
+    month = _month(month)
+    try:
+        kinds = {FailureKind(k) for k in kind} if kind else None
+    except ValueError:
+        known = ", ".join(k.value for k in FailureKind)
+        err.print(f"[red]error:[/] unknown kind in {kind}; known kinds: {known}")
+        raise typer.Exit(2) from None
+    ledger = Ledger(Settings().resolved_database_url())
+    count = ledger.retry_failed(month, kinds)
+    ledger.close()
+    out.print(f"{count} failed posts of {month} will be sent again by the next run.")
+
+
+@app.command()
+def approve(
+    month: MonthOption,
+    note: Annotated[str, typer.Option(help="Why: kept in the ledger with the answer.")] = "",
+    stop: Annotated[
+        bool,
+        typer.Option(
+            "--stop",
+            help="Refuse whatever waits: the run ends, an open breaker stays open, interrupted "
+            "batches are neither polled nor sent again.",
+        ),
+    ] = False,
+    poll: Annotated[
+        bool, typer.Option("--poll", help="Interrupted batches: yes, poll their known tasks.")
+    ] = False,
+    resubmit: Annotated[
+        bool,
+        typer.Option(
+            "--resubmit",
+            help="Interrupted batches: yes, send again those with no task id (may be charged "
+            "twice; `postledger plan` shows how much).",
+        ),
+    ] = False,
+) -> None:
+    """Answer MONTH's paused run, as its Resume form in the Prefect UI would.
+
+    An open circuit breaker or the month's budget: continue (past the budget; or the breaker
+    goes to probe, one batch at a time first) or --stop. Interrupted batches: --poll and/or
+    --resubmit say yes; what is not said is no; --stop says no to both. An answer that does not
+    fit the question that waits is refused, and nothing is recorded. The answer is recorded
+    in the ledger first; then the paused run, if one waits, is resumed with it. With no paused
+    run, the answer counts for the next run."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from postledger.ledger import Ledger
+    from postledger.progress.status import open_read_only
+    from postledger.record.models import Answer, BreakerLevel, Question
+    from postledger.recovery.interrupted import recovery_plan
+
+    month = _month(month)
+    if stop and (poll or resubmit):
+        _refuse(
+            "--stop says no and cannot go with --poll or --resubmit: give `postledger approve "
+            f"--month {month} --stop` alone to refuse, or --poll and/or --resubmit to say yes."
+        )
+    settings = Settings()
+    looked = open_read_only(settings)  # a folder with no ledger gets none made for it
+    if looked is None:
+        err.print("Nothing waits for an answer: there is no ledger here yet.")
+        raise typer.Exit(1)
+    looked.close()
+    ledger = Ledger(settings.resolved_database_url())
+    question = ledger.approvals.waiting(month)
+    upstream = question.upstream if question else settings.breaker_name()
+    plan = recovery_plan(ledger, month, settings)
+    breaker_open = ledger.approvals.breaker(upstream).level is BreakerLevel.OPEN
+    wrong: str | None = None
+    if question is not None:
+        wrong = _wrong_question(question.kind, month, upstream, yes=poll or resubmit, stop=stop)
+    elif (poll or resubmit) and not plan.needs_yes and breaker_open:
+        wrong = _no_batch_needs_a_yes(month, upstream)
+    if wrong is not None:
+        ledger.close()
+        _refuse(wrong)
+    run_input: dict[str, object]
+    if (question and question.kind is Question.RECOVERY) or (
+        question is None and (poll or resubmit) and plan.needs_yes
+    ):
+        record = ledger.approvals.answer_recovery(
+            month,
+            upstream,
+            poll=poll and not stop,
+            resubmit=resubmit and not stop,
+            note=note,
+            by="postledger approve",
+            batch_ids=(question.batch_ids if question else None)
+            or [s.batch_id for s in plan.steps],
+            question_id=question.id if question else None,
+        )
+        said = (
+            f"poll {'yes' if record.poll else 'no'}, resubmit {'yes' if record.resubmit else 'no'}"
+        )
+        out.print(f"recorded for {month}'s interrupted batches: {said}.")
+        run_input = {"poll": bool(record.poll), "resubmit": bool(record.resubmit), "note": note}
+    elif question is not None and question.kind is Question.BUDGET and question.id is not None:
+        answer = Answer.STOP if stop else Answer.CONTINUE
+        ledger.approvals.close(question.id, answer, note=note, by="postledger approve")
+        out.print(f"recorded: {answer} past {month}'s budget.")
+        run_input = {"decision": answer.value, "note": note}
+    else:
+        if question is None and ledger.approvals.breaker(upstream).level is not BreakerLevel.OPEN:
+            err.print(
+                f"Nothing waits for an answer: no run of {month} is paused, the breaker of "
+                f"{upstream} is {ledger.approvals.breaker(upstream).level}"
+                + (
+                    ", and no interrupted batch needs a yes."
+                    if not plan.needs_yes
+                    else "; interrupted batches need --poll and/or --resubmit."
+                )
+            )
+            raise typer.Exit(1)
+        answer = Answer.STOP if stop else Answer.CONTINUE
+        breaker = ledger.approvals.answer(
+            month, upstream, answer, note=note, by="postledger approve"
+        )
+        out.print(f"recorded: {answer} for {month}; the breaker of {upstream} is {breaker.level}.")
+        run_input = {"decision": answer.value, "note": note}
+    if question is not None and question.flow_run_id:
+        from flows.resume import NotResumed, resume_run
+
+        try:
+            resume_run(question, run_input)
+        except NotResumed as exc:
+            err.print(
+                f"[yellow]The paused run was not resumed:[/] {exc}. The answer counts for the "
+                "next run."
+            )
+        else:
+            out.print(f"resumed flow run {question.flow_run_id}.")
+    ledger.close()
+
+
+def _refuse(message: str) -> NoReturn:
+    """An answer that does not fit: nothing is recorded, and the message says what would."""
+    err.print(message, soft_wrap=True, markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _wrong_question(
+    kind: Question, month: str, upstream: str, *, yes: bool, stop: bool
+) -> str | None:
+    """Why this answer is not one to the question that waits, or None if it is one: --poll and
+    --resubmit answer interrupted batches only; a plain approve answers the breaker or the
+    budget only; --stop refuses any of them."""
+    from postledger.record.models import Question
+
+    fits = kind is Question.RECOVERY if yes else (stop or kind is not Question.RECOVERY)
+    if fits:
+        return None
+    about = {
+        Question.BREAKER: f"the open circuit breaker of {upstream}",
+        Question.BUDGET: "its budget",
+        Question.RECOVERY: "interrupted batches",
+    }[kind]
+    given = "interrupted batches" if yes else "the breaker or the budget"
+    return (
+        f"The run of {month} waits for an answer about {about}, not about {given}: "
+        f"{_how_to_answer(kind, month)}. Nothing was recorded."
+    )
+
+
+def _no_batch_needs_a_yes(month: str, upstream: str) -> str:
+    """With no question waiting, a yes to interrupted batches when none needs one must not be
+    taken for a yes to the open breaker."""
+    from postledger.record.models import Question
+
+    return (
+        f"No interrupted batch of {month} needs a yes; what waits is the open circuit breaker "
+        f"of {upstream}: {_how_to_answer(Question.BREAKER, month)}. Nothing was recorded."
+    )
+
+
+def _how_to_answer(kind: Question, month: str) -> str:
+    from postledger.record.models import Question
+
+    command = f"`postledger approve --month {month}"
+    if kind is Question.RECOVERY:
+        return (
+            f"answer it with {command} --poll` to poll their known tasks (free), "
+            f"{command} --resubmit` to send again those with no task id (they may be charged "
+            f"twice; `postledger plan --month {month}` shows how much), both flags for both, "
+            f"or {command} --stop` for neither"
+        )
+    if kind is Question.BUDGET:
+        return f"answer it with {command}` to go on past the budget, or {command} --stop`"
+    return (
+        f"answer it with {command}` to let the breaker probe (one batch at a time first), "
+        f"or {command} --stop` to leave it open"
+    )
+
+
+@app.command("plan")
+def plan_command(
+    month: MonthOption,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """What the next run would do with MONTH's interrupted batches, and the cost at risk.
+    Reads the ledger only (never calls the AI)."""
+    from postledger.progress.status import open_read_only, recovery_table
+    from postledger.recovery.interrupted import recovery_plan
+
+    month = _month(month)
+    settings = Settings()
+    ledger = open_read_only(settings)
+    if ledger is None:
+        err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
+        raise typer.Exit(1)
+    plan = recovery_plan(ledger, month, settings)
+    ledger.close()
+    if as_json:
+        sys.stdout.write(json.dumps({"month": month, **plan.summary()}, indent=2) + "\n")
+    else:
+        out.print(recovery_table(month, plan))
+
+
+@app.command()
+def breaker(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """The circuit breakers (one per upstream), their history and what to do. Reads the ledger
+    only (never calls the AI)."""
+    from postledger.progress.status import breaker_report, breaker_tables, open_read_only
+
+    settings = Settings()
+    ledger = open_read_only(settings)
+    report = breaker_report(ledger, settings.breaker_name())
+    if ledger is not None:
+        ledger.close()
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        for table in breaker_tables(report):
+            out.print(table)
+
+
+@app.command()
+def setup(
+    tag_limit: Annotated[int, typer.Option(help="Batches in flight across all runs.")] = 2,
+    work_pool: Annotated[
+        str, typer.Option(help="The process work pool prefect.yaml deploys to.")
+    ] = "postledger",
+    ledger_block: Annotated[
+        str | None,
+        typer.Option(help="Migrate the ledger this postledger-ledger block names instead."),
+    ] = None,
+) -> None:
+    """Prepare the ledger and Prefect (idempotent): migrate the ledger to the current schema,
+    register the block types, create the `ai-batch` tag limit and the work pool."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from contextlib import AbstractContextManager, nullcontext
+
+    from flows.local_server import local_prefect_server
+    from postledger.ledger import Ledger
+    from postledger.record.db import safe_url
+
+    # The embedded default: the local server `postledger run` starts. Prefect reads
+    # PREFECT_API_URL when it is first imported, so nothing imports it before the server is up.
+    server: AbstractContextManager[object] = (
+        nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
+    )
+    with server:
+        from blocks import register_block_types, settings_from_blocks
+        from flows.setup import prepare_prefect
+
+        if ledger_block:
+            register_block_types()  # so that the block can be loaded on a server never set up
+        settings = settings_from_blocks(ledger=ledger_block) if ledger_block else Settings()
+        url = settings.resolved_database_url()
+        ledger = Ledger(url)  # opening for writing migrates
+        out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
+        ledger.close()
+        lines = prepare_prefect(tag_limit, work_pool)
+    for line in lines:
+        out.print(line)
+
+
+@app.command()
+def sample(
+    month: MonthOption,
+    count: Annotated[int, typer.Option(help="How many posts.")] = 300,
+    seed: Annotated[int, typer.Option(help="Same seed, same file.")] = 7,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Default: data/posts/YYYY-MM.jsonl")
+    ] = None,
+) -> None:
+    """Write a deterministic, realistic sample month of posts."""
+    from simulator.sample import generate_posts, write_posts
+
+    month = _month(month)
+    path = out_path or Settings().data_dir / f"{month}.jsonl"
+    write_posts(path, generate_posts(month, count, seed))
+    out.print(f"wrote {count} posts to {path}")
+
+
+@sim_app.command("serve")
+def sim_serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 8780,
+    latency: Annotated[float, typer.Option(help="Seconds each task takes.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of task ids (and faults).")] = 0,
+    create_delay: Annotated[
+        float, typer.Option(help="Hold each create's answer this long after charging it.")
+    ] = 0.0,
+    faults: Annotated[
+        str | None,
+        typer.Option(help="Faults to inject, e.g. 'create:http_503@0.05,output:bad_field#3'."),
+    ] = None,
+    scenario: Annotated[
+        Path | None, typer.Option(help="A JSON fault plan: {seed, rules: [...]}.")
+    ] = None,
+    ignore_idempotency_keys: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-idempotency-keys",
+            help="Act like an upstream without idempotency: every create is a new, paid task.",
+        ),
+    ] = False,
+) -> None:
+    """Serve the simulated task API until Ctrl-C. POSTLEDGER_SIM_API_KEY, if set, is required
+    as the Bearer token. Faults (see simulator/faults.py) can also be changed at run time
+    with POST /_sim/faults."""
+    from pydantic import ValidationError
+
+    from simulator.faults import load_plan
+    from simulator.server import serve
+
+    try:
+        plan = load_plan(faults, scenario, seed)
+    except (ValidationError, ValueError, OSError) as exc:
+        err.print(f"[red]error:[/] bad fault plan: {exc}")
+        raise typer.Exit(2) from None
+
+    serve(
+        host,
+        port,
+        latency=latency,
+        seed=seed,
+        api_key=os.environ.get("POSTLEDGER_SIM_API_KEY"),
+        create_delay=create_delay,
+        faults=plan,
+        honour_keys=not ignore_idempotency_keys,
+    )

@@ -1,0 +1,140 @@
+"""`postledger run`: the monthly flow in this process, with the simulator when no upstream is
+configured, a live progress bar fed from the ledger, and a summary at the end."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from postledger.batches.posts import InputError, default_posts_path, load_posts
+from postledger.ledger import Ledger
+from postledger.progress.status import failures_table, progress_of, status_of, status_table
+from postledger.record.models import Question
+from postledger.settings import Settings, UpstreamKind
+from simulator.server import simulator_process
+
+
+def run_month(
+    month: str,
+    posts_path: Path | None,
+    *,
+    sim_latency: float,
+    console: Console,
+    poll: bool | None = None,
+    resubmit: bool | None = None,
+) -> int:
+    """Returns the exit code: 0 when every post ended (completed or failed), 1 otherwise."""
+    settings = Settings()
+    path = posts_path or default_posts_path(settings.data_dir, month)
+    try:
+        total = len(load_posts(path))  # fail fast, before Prefect starts, with the same message
+    except InputError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+
+    from flows.local_server import LocalServerBusy, local_prefect_server
+
+    # Prefect's local mode, through our launcher (see flows/local_server.py for why), unless
+    # the user points us at a Prefect server of their own.
+    prefect_server: AbstractContextManager[object] = (
+        nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
+    )
+    with ExitStack() as running:
+        # The server first: when another run holds this PREFECT_HOME's local server, this run
+        # is refused before it starts anything or touches the ledger.
+        try:
+            running.enter_context(prefect_server)
+        except LocalServerBusy as exc:
+            console.print(f"[red]error:[/] {escape(exc.message)}")
+            return 1
+        simulator: AbstractContextManager[str | None] = nullcontext(settings.upstream_url)
+        if not settings.upstream_url:
+            console.print(
+                "[yellow]No upstream configured (POSTLEDGER_UPSTREAM_URL): using the bundled "
+                "simulator. No real AI is called and nothing is paid.[/]"
+            )
+            simulator = simulator_process(latency=sim_latency)
+            # One name for every run's simulator, whatever its port: its breaker persists (R19).
+            os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
+            # The bundled simulator honours idempotency keys, as the task API kind may not.
+            os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
+        url = running.enter_context(simulator)
+        if not settings.upstream_url and settings.upstream_kind is not UpstreamKind.TASK_API:
+            url = f"{url}/v1"  # the simulator's OpenAI face: a base URL with its version
+        os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
+        ledger = Ledger(settings.resolved_database_url())
+        stopped: str | None = None
+        with _progress_bar(ledger, month, total, console):
+            from flows.monthly import RunStopped, monthly_posts
+
+            try:
+                monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)
+            except InputError as exc:
+                console.print(f"[red]error:[/] {exc}")
+                return 2
+            except RunStopped as exc:
+                stopped = str(exc)
+    if stopped:
+        console.print(f"[red]{stopped}[/]")
+    report = status_of(ledger, month)
+    ledger.close()
+    if report is None:
+        return 1
+    console.print(status_table(report))
+    if (table := failures_table(report)) is not None:
+        console.print(table)
+    return 0 if report["unfinished"] == 0 and not stopped else 1
+
+
+@contextmanager
+def _progress_bar(ledger: Ledger, month: str, total: int, console: Console) -> Iterator[None]:
+    stop = threading.Event()
+    progress = Progress(
+        TextColumn(f"[bold]{month}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    bar = progress.add_task("posts", total=total, detail="starting Prefect…")
+
+    def refresh() -> None:
+        while not stop.wait(0.5):
+            report = progress_of(ledger, month)  # light: this runs beside the batches
+            if report is None:
+                continue
+            detail = (
+                f"{report['completed']} completed, {report['failed']} failed, "
+                f"{report['counts']['running']} running"
+            )
+            if (question := ledger.approvals.waiting(month)) is not None:
+                detail = (
+                    "[red]paused: the circuit breaker is open.[/] Answer in the Prefect UI or "
+                    f"with `postledger approve --month {month} [--stop]`"
+                    if question.kind is Question.BREAKER
+                    else "[red]paused: interrupted batches need a yes.[/] See `postledger plan "
+                    f"--month {month}`; answer in the Prefect UI or with `postledger approve "
+                    f"--month {month} --poll [--resubmit]`"
+                )
+            progress.update(bar, completed=report["completed"] + report["failed"], detail=detail)
+
+    watcher = threading.Thread(target=refresh, name="postledger-progress", daemon=True)
+    with progress:
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+            report = status_of(ledger, month)
+            if report is not None:
+                progress.update(bar, completed=report["completed"] + report["failed"], detail="")

@@ -1,3 +1,0 @@
-from postledger.cli import app
-
-app(prog_name="postledger")

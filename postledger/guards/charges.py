@@ -1,0 +1,121 @@
+"""The spend side of a batch's transactions: each paid submission, as the ledger knows it.
+
+Called inside `Ledger` write transactions (the month's lock held), so a charge and the batch
+change that explains it are committed together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from postledger.failures.policy import Decision
+from postledger.guards.spend import Price, cost_of, money, usage_tokens
+from postledger.record.models import (
+    Answer,
+    ApprovalRecord,
+    BatchRecord,
+    FailureKind,
+    Question,
+    SpendRecord,
+    SpendState,
+    utcnow,
+)
+
+# Outcomes after which a charge bought nothing usable: the whole output was unusable, or the
+# task that was made (and paid) failed or was lost upstream.
+WASTING = frozenset(
+    {FailureKind.BATCH_INVALID, FailureKind.UPSTREAM_FAILED, FailureKind.TASK_UNKNOWN}
+)
+
+
+class BudgetHeld(RuntimeError):
+    """The batch would take the month past its budget; it stays queued and nothing was paid."""
+
+
+def committed(session: Session, month: str) -> int:
+    """What the month has spent or may have spent: settled costs, and estimates where the
+    cost is not known (yet)."""
+    total = 0
+    for row in session.exec(select(SpendRecord).where(SpendRecord.month == month)):
+        if row.state is not SpendState.REFUNDED:
+            total += row.cost if row.cost is not None else (row.estimated_cost or 0)
+    return total
+
+
+def check_budget(session: Session, month: str, estimated: int | None, max_cost: int) -> None:
+    """Raise `BudgetHeld` if starting a batch of cost `estimated` could cross `max_cost`,
+    unless a person said go on for this month."""
+    spent = committed(session, month)
+    if spent + (estimated or 0) <= max_cost:
+        return
+    approved = session.exec(
+        select(ApprovalRecord.id).where(
+            ApprovalRecord.month == month,
+            ApprovalRecord.kind == Question.BUDGET,
+            ApprovalRecord.answer == Answer.CONTINUE,
+        )
+    ).first()
+    if approved is None:
+        raise BudgetHeld(
+            f"{month} has committed {money(spent)} of its budget {money(max_cost)}; the next "
+            f"batch (about {money(estimated or 0)}) would cross it"
+        )
+
+
+def settle(
+    session: Session, batch_id: str, usage: dict[str, Any] | None, price: Price | None
+) -> None:
+    """Output received: the batch's open charge is confirmed, with its usage and cost."""
+    row = session.exec(
+        select(SpendRecord)
+        .where(SpendRecord.batch_id == batch_id, SpendRecord.state == SpendState.POSSIBLE)
+        # The send's own row, not a gateway's retry of it (written after it).
+        .order_by(col(SpendRecord.send).desc(), col(SpendRecord.id))
+    ).first()
+    if row is None:
+        return
+    tokens = usage_tokens(usage)
+    if tokens is not None:
+        row.input_tokens, row.output_tokens = tokens
+        row.cost = cost_of(price, *tokens) if price is not None else None
+    row.state, row.updated_at = SpendState.CONFIRMED, utcnow()
+    session.add(row)
+
+
+def account(session: Session, batch: BatchRecord, decision: Decision) -> None:
+    """What a decision says about the batch's charges: given back, or paid for nothing."""
+    rows = list(session.exec(select(SpendRecord).where(SpendRecord.batch_id == batch.batch_id)))
+    if decision.nothing_charged:
+        latest = max(rows, key=lambda r: r.send, default=None)
+        if latest is not None and latest.state is SpendState.POSSIBLE:
+            latest.state, latest.updated_at = SpendState.REFUNDED, utcnow()
+            session.add(latest)
+    elif decision.kind in WASTING:
+        for row in rows:
+            paid = row.state is SpendState.CONFIRMED or (
+                row.state is SpendState.POSSIBLE and batch.upstream_task_id is not None
+            )
+            if paid:
+                row.state, row.updated_at = SpendState.WASTED, utcnow()
+                session.add(row)
+
+
+def spend_summary(rows: list[SpendRecord]) -> dict[str, int]:
+    """Totals of a month's charges, in micro-units and tokens. `possible` is an estimate:
+    charges that may or may not have happened."""
+    summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
+    summary |= {"submissions": len(rows), "refunded_submissions": 0}  # counts
+    summary |= {"input_tokens": 0, "output_tokens": 0}
+    for row in rows:
+        amount = row.cost if row.cost is not None else (row.estimated_cost or 0)
+        if row.state is SpendState.POSSIBLE:
+            summary["possible"] += row.estimated_cost or 0
+        elif row.state is SpendState.REFUNDED:
+            summary["refunded_submissions"] += 1
+        else:
+            summary[row.state.value] += amount
+        summary["input_tokens"] += row.input_tokens or 0
+        summary["output_tokens"] += row.output_tokens or 0
+    return summary

@@ -1,0 +1,136 @@
+"""Engines and the per-month write lock (R5).
+
+SQLite: WAL so readers never block the writer, `BEGIN IMMEDIATE` so a write transaction takes
+the database's write lock at its start (two processes serialize instead of failing half-way),
+and a process-local lock per month so threads of one process queue up without busy-waiting.
+PostgreSQL: a transaction-scoped advisory lock per month (and one for the breakers), nothing
+process-local, so writers on several machines serialize in the database.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
+
+from postledger.record import models  # noqa: F401  (registers the tables)
+
+# How long a write waits for another writer before it fails (and the run stops, R20).
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+class LedgerUnavailable(RuntimeError):
+    """A write to the ledger failed (locked past its timeout, disk full, read-only file,
+    connection lost). No new batch may start (R20); the message says what failed."""
+
+
+def safe_url(url: str) -> str:
+    """The URL as it may be shown: never with its password."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def make_engine(
+    url: str, *, read_only: bool = False, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS
+) -> Engine:
+    """An engine for the ledger at `url`; `read_only` opens SQLite so that nothing can write."""
+    if not is_sqlite(url):
+        return create_engine(url, pool_pre_ping=True)
+    database = make_url(url).database
+    connect_args = {"check_same_thread": False, "timeout": busy_timeout}
+    if read_only and database and database != ":memory:":
+        engine = create_engine(
+            f"sqlite:///file:{database}?mode=ro&uri=true", connect_args=connect_args
+        )
+    else:
+        engine = create_engine(url, connect_args=connect_args)
+    _configure_sqlite(engine, read_only=read_only, busy_timeout_ms=int(busy_timeout * 1000))
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, read_only: bool, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when a transaction begins.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable across application crashes in WAL mode; only an OS crash or
+            # power loss can lose the last commits, and the ledger replays from the upstream then.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        # Readers take a snapshot; writers take the write lock up front (see module docstring).
+        immediate = connection.get_execution_options().get("postledger_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def create_schema(engine: Engine) -> None:
+    """Create or upgrade the ledger's tables (Alembic revisions, `postledger.record.migrate`)."""
+    from postledger.record.migrate import upgrade
+
+    upgrade(engine)
+
+
+BREAKERS = "breakers"  # the lock scope of every breaker and approval: they are global
+
+
+class WriteLocks:
+    """Serializes writes to one scope — a month's records (R5), or the breakers — within a
+    process and across processes. A transaction that needs a month and the breakers takes the
+    month first, then the breakers (`also`): one order everywhere, so no deadlock."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._sqlite = engine.dialect.name == "sqlite"
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def _local(self, scope: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(scope, threading.Lock())
+
+    @contextmanager
+    def session(self, scope: str) -> Iterator[Session]:
+        """A session whose transaction holds the scope's write lock until it commits."""
+        # PostgreSQL: the advisory lock alone serializes, across threads, processes and machines.
+        # SQLite: threads of this process queue here instead of busy-waiting on the file lock.
+        with self._local(scope) if self._sqlite else nullcontext():
+            bind = self._engine.execution_options(postledger_write=True)
+            try:
+                with Session(bind, expire_on_commit=False) as session:
+                    if self._sqlite:
+                        session.connection()  # BEGIN IMMEDIATE now, not at the first statement
+                    else:
+                        self.also(session, scope)
+                    yield session
+                    session.commit()
+            except (DBAPIError, OSError) as exc:
+                # Not retried here: the caller stops starting work and keeps what it holds.
+                cause = getattr(exc, "orig", None) or exc
+                raise LedgerUnavailable(
+                    f"cannot write the ledger at {safe_url(str(self._engine.url))}: "
+                    f"{type(cause).__name__}: {cause}"
+                ) from exc
+
+    def also(self, session: Session, scope: str) -> None:
+        """Take a second scope's lock in an open write transaction. SQLite needs nothing: its
+        IMMEDIATE transaction already holds the one database-wide write lock."""
+        if not self._sqlite:
+            key = zlib.crc32(f"postledger:{scope}".encode())
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})

@@ -1,0 +1,85 @@
+"""The ledger's schema, made and upgraded by the Alembic revisions in `record/migrations`,
+on SQLite and PostgreSQL alike. Every process that opens the ledger for writing upgrades it
+first; the upgrade holds the database's own lock, so two workers starting at once run it once.
+
+A new column or table: change `models.py`, then write a revision (see docs/architecture.md)
+— `tests/test_migrations.py` fails while the two disagree.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_LOCK_KEY = zlib.crc32(b"postledger:migrate")
+
+
+class SchemaMismatch(RuntimeError):
+    """The ledger's schema is not the one this postledger knows (older or newer)."""
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "postledger/record/migrations holds no revision"
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> str:
+    """Bring the ledger to `revision` (default: the newest); returns the revision it is at."""
+    target = head_revision() if revision == "head" else revision
+    with engine.connect() as connection:
+        if current_revision(connection) == target:
+            return target  # the usual case: one read, no lock
+    # SQLite: BEGIN IMMEDIATE takes the write lock; PostgreSQL: an advisory lock. Either way
+    # a second process waits here, then finds nothing left to do.
+    with engine.execution_options(postledger_write=True).begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+        config = alembic_config(connection)
+        if current_revision(connection) is None and (made := _made_before_alembic(connection)):
+            command.stamp(config, made)
+        command.upgrade(config, target)
+    return target
+
+
+def _made_before_alembic(connection: Connection) -> str | None:
+    """A ledger made before migrations existed: the revision its tables match."""
+    tables = set(inspect(connection).get_table_names())
+    if "posts" not in tables:
+        return None  # an empty database
+    return "0002" if "month_runs" in tables else "0001"
+
+
+def check_current(engine: Engine) -> None:
+    """For read-only opens, which must not upgrade: say plainly when the schema is not ours."""
+    with engine.connect() as connection:
+        if "posts" not in inspect(connection).get_table_names():
+            return  # nothing there yet: reads find nothing
+        found = current_revision(connection)
+    if found != head_revision():
+        raise SchemaMismatch(
+            f"the ledger's schema is at revision {found or 'from before migrations'}, this "
+            f"postledger needs {head_revision()}: run `postledger setup` (it migrates the "
+            "ledger, keeping every record), then try again"
+        )

@@ -1,0 +1,334 @@
+"""Ledger tables and the enums they use.
+
+The ledger is the single source of truth: every decision (retry, wait, resume, ask) is made from
+these records, never from memory. Statuses are changed only by `postledger.record.states`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint
+from sqlalchemy.types import DateTime, TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def batch_id_for(month: str, seq: int) -> str:
+    return f"{month}-b{seq:04d}"
+
+
+def month_of(batch_id: str) -> str:
+    return batch_id.split("-b", 1)[0]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC, always returns timezone-aware UTC (SQLite keeps no zone of its own)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the ledger: use timezone-aware UTC")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _when(nullable: bool = False) -> Any:
+    return Column(UTCDateTime(), nullable=nullable)
+
+
+class PostStatus(StrEnum):
+    """The seven states of a post (R1, docs/rules.md)."""
+
+    PENDING = "pending"  # known, not yet scheduled
+    QUEUED = "queued"  # in a batch waiting for a slot
+    WAITING = "waiting"  # not before `not_before` (e.g. after a rate limit)
+    RUNNING = "running"  # marked locally before the paid call; upstream may not have it (R6)
+    RECEIVED = "received"  # raw output saved, not yet validated
+    COMPLETED = "completed"  # validated and saved: the only state that counts as done (R29)
+    FAILED = "failed"  # ended, with a kind and a reason
+
+
+class BatchStatus(StrEnum):
+    QUEUED = "queued"  # planned, never sent
+    RUNNING = "running"  # marked before the paid call; may or may not exist upstream
+    RECEIVED = "received"  # raw output saved
+    COMPLETED = "completed"  # output checked; each post completed or failed with a reason
+    FAILED = "failed"  # ended without usable output
+    CANCELLED = "cancelled"  # planned, never sent (so never paid); its posts were planned again
+
+
+class Charge(StrEnum):
+    """What a batch's submission may have cost: the ledger's own view, kept honest."""
+
+    NONE = "none"  # never reached the upstream, or refused by it: nothing was charged
+    POSSIBLE = "possible"  # sent, outcome unknown: the upstream may have made (and charged) it
+    CONFIRMED = "confirmed"  # the upstream answered with a task id: it was charged
+
+
+class SpendState(StrEnum):
+    """One paid submission, as far as the ledger can tell (what it may have cost)."""
+
+    POSSIBLE = "possible"  # sent, outcome unknown: the charge may or may not have happened
+    CONFIRMED = "confirmed"  # output received: charged, and the usage is known
+    WASTED = "wasted"  # paid, but the output was unusable (or never came)
+    REFUNDED = "refunded"  # the upstream certainly never took it: nothing was charged
+
+
+class FailureKind(StrEnum):
+    TOO_LONG = "too_long"  # a single post longer than max_batch_chars: never sent
+    INVALID_ITEM = "invalid_item"  # the model's item for this post failed validation
+    MISSING_ITEM = "missing_item"  # the output had no item for this post
+    BATCH_INVALID = "batch_invalid"  # the whole output was unusable
+    UPSTREAM_FAILED = "upstream_failed"  # the upstream task ended `failed`
+    TASK_UNKNOWN = "task_unknown"  # the upstream no longer knows the saved task id
+    TRANSPORT = "transport"  # request retries exhausted
+    REJECTED = "rejected"  # the upstream refused the request itself (4xx other than below)
+    RATE_LIMITED = "rate_limited"
+    AUTH = "auth"  # credentials rejected
+    QUOTA = "quota"  # out of balance
+    PERMISSION = "permission"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    INPUT_CHANGED = "input_changed"  # a batch whose posts all changed before it came back (R25)
+
+
+class BreakerLevel(StrEnum):
+    """The circuit breaker of one upstream (R18): how many batches may be in flight."""
+
+    NORMAL = "normal"  # the usual window (2)
+    PROBE = "probe"  # one at a time: after one final transport failure, or a person's continue
+    OPEN = "open"  # nothing new starts until a person says continue (R19)
+
+
+class Question(StrEnum):
+    """What a paused run asks a person."""
+
+    BREAKER = "breaker"  # the breaker is open: continue or stop (R19)
+    RECOVERY = "recovery"  # interrupted batches: poll known tasks, resubmit unknown ones (R22-R24)
+    BUDGET = "budget"  # the next batch would cross the month's max_cost: go on or stop
+
+
+class Answer(StrEnum):
+    """How a question put to a person (a paused run) ended."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    TIMED_OUT = "timed_out"  # nobody answered in time: treated as stop
+
+
+class EntityKind(StrEnum):
+    POST = "post"
+    BATCH = "batch"
+
+
+class PostRecord(SQLModel, table=True):
+    """One post of one month: its state, attempts, result and failure."""
+
+    __tablename__ = "posts"
+
+    month: str = Field(primary_key=True, max_length=7)
+    post_id: str = Field(primary_key=True)
+    # Position in the input file: planning follows it so that batches are deterministic.
+    position: int
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    fingerprint: str = Field(max_length=64)
+    # The parts of the fingerprint (`batches.posts.input_parts`): to say what changed (R25).
+    inputs: dict[str, str] | None = Field(default=None, sa_column=Column(JSON))
+    status: PostStatus = Field(default=PostStatus.PENDING, index=True)
+    # Business attempts (R15, R16): submissions that contained this post and may have been
+    # charged. A submission the upstream certainly never took is given back.
+    attempts: int = 0
+    # Paid attempts a person allowed beyond max_attempts (`postledger retry`): the cap is
+    # max_attempts + extra_attempts, kept here so that it survives every restart (R15).
+    extra_attempts: int = 0
+    # Business retries that cost nothing (a rate limit, a request that never arrived): bounded
+    # too, so that a post cannot bounce forever.
+    requeues: int = 0
+    # The post was in a batch whose whole output was unusable and was split (R12): it is never
+    # split again, whatever batch it is planned into later (one split per lineage).
+    split: bool = False
+    batch_id: str | None = Field(default=None, index=True)
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    failure_kind: FailureKind | None = None
+    failure_reason: str | None = Field(default=None, sa_column=Column(Text))
+    not_before: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class BatchRecord(SQLModel, table=True):
+    """One paid submission: which posts, which upstream task, what came back."""
+
+    __tablename__ = "batches"
+
+    batch_id: str = Field(primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    seq: int  # 1, 2, … within the month: start order (R9)
+    post_ids: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    # [[post id, text], ...] as first sent: every send under this key sends exactly this.
+    request: list[list[str]] | None = Field(default=None, sa_column=Column(JSON))
+    status: BatchStatus = Field(default=BatchStatus.QUEUED, index=True)
+    # The breaker name of the upstream it was sent to (set when it is marked running): in probe,
+    # one batch per upstream may be running across every month and run (R18).
+    upstream: str | None = None
+    # The run (month claim holder) that marked it running, while that run still handles it: a
+    # batch is in flight only then. One left by a dead run, or left uncertain for recovery, is
+    # not (None once left uncertain).
+    sent_by: str | None = None
+    # Set on the halves of a batch whose whole output was unusable (R12): they are not split again.
+    split_from: str | None = None
+    # Sent with the create call so that an upstream that honours it never charges twice.
+    idempotency_key: str
+    upstream_task_id: str | None = None
+    sends: int = 0  # how often this batch (this idempotency key) was sent
+    charge: Charge = Charge.NONE
+    not_before: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    raw_output: str | None = Field(default=None, sa_column=Column(Text))
+    usage: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Request-layer retries (R16): counted here, never as business attempts.
+    request_retries: int = 0
+    # Retries a gateway between us and the upstream reported making on its own (LiteLLM's
+    # x-litellm-attempted-retries): each may have been charged, so each is a possible charge.
+    gateway_retries: int = 0
+    failure_kind: FailureKind | None = None
+    failure_reason: str | None = Field(default=None, sa_column=Column(Text))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    started_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    finished_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class EventRecord(SQLModel, table=True):
+    """Append-only history: every status change, with from, to, why and when.
+
+    `seq` numbers a month's events 1, 2, 3, … with no gap: it is computed as max + 1 under the
+    month's write lock, so two writers that were not serialized would collide on the unique key.
+    """
+
+    __tablename__ = "events"
+    __table_args__ = (
+        UniqueConstraint("month", "seq", name="uq_events_month_seq"),
+        Index("ix_events_entity", "entity", "entity_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(max_length=7)
+    seq: int
+    entity: EntityKind
+    entity_id: str
+    from_status: str | None = None
+    to_status: str
+    why: str = Field(sa_column=Column(Text, nullable=False))
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class BreakerRecord(SQLModel, table=True):
+    """The breaker of one upstream, shared by every month and every run (R18, R19)."""
+
+    __tablename__ = "breakers"
+
+    upstream: str = Field(primary_key=True)  # a stable name, never a URL with credentials
+    level: BreakerLevel = BreakerLevel.NORMAL
+    # Final transport failures with no success in between; request retries never count.
+    failures: int = 0
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    changed_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class BreakerEventRecord(SQLModel, table=True):
+    """Append-only history of a breaker: every change of level, and every person's answer."""
+
+    __tablename__ = "breaker_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    upstream: str = Field(index=True)
+    month: str | None = Field(default=None, max_length=7)  # the run that caused it, if any
+    from_level: BreakerLevel
+    to_level: BreakerLevel
+    why: str = Field(sa_column=Column(Text, nullable=False))
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class ApprovalRecord(SQLModel, table=True):
+    """A question put to a person by a paused run, and the answer.
+
+    The paused run's id and its Prefect API are kept here so that `postledger approve` can find
+    and resume it from any terminal, and so that an answer given while no run waits still
+    counts for the next run."""
+
+    __tablename__ = "approvals"
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    upstream: str
+    kind: Question = Question.BREAKER
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    # RECOVERY: the interrupted batches the question is about, and the yes given for each group.
+    batch_ids: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    poll: bool | None = None
+    resubmit: bool | None = None
+    used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+    flow_run_id: str | None = None
+    prefect_api_url: str | None = None
+    asked_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    answer: Answer | None = None  # None while unanswered
+    note: str | None = Field(default=None, sa_column=Column(Text))
+    answered_by: str | None = None  # "Prefect UI", "postledger approve", "timeout"
+    answered_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
+
+
+class SpendRecord(SQLModel, table=True):
+    """One paid submission of a batch, written before the call with its estimated cost, and
+    settled with the upstream's usage. Money in integer micro-units (postledger.guards.spend)."""
+
+    __tablename__ = "spend"
+
+    id: int | None = Field(default=None, primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    batch_id: str = Field(index=True)
+    send: int  # the batch's send number that may have made this charge
+    state: SpendState = SpendState.POSSIBLE
+    estimated_cost: int | None = None  # None: no price known for the model
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: int | None = None  # from the usage and the price table
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class MonthRunRecord(SQLModel, table=True):
+    """Which run is processing a month now: one at a time, or a second run would take the
+    first one's batches in flight for interrupted ones (and could pay for them twice)."""
+
+    __tablename__ = "month_runs"
+
+    month: str = Field(primary_key=True, max_length=7)
+    holder: str  # the flow run id (or a random id outside Prefect)
+    host: str
+    pid: int
+    heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class SpillImportRecord(SQLModel, table=True):
+    """A spill record taken into the ledger (R20), by its id: importing a spill file twice, or
+    two runs importing at once, takes each fact in once."""
+
+    __tablename__ = "spill_imports"
+
+    record_id: str = Field(primary_key=True)
+    batch_id: str
+    kind: str
+    at: datetime = Field(default_factory=utcnow, sa_column=_when())

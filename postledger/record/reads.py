@@ -1,0 +1,163 @@
+"""Reading the ledger: what the flow, the CLI and progress reports look at. Nothing here
+writes, so a ledger opened read-only (R30) offers all of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from sqlalchemy import Engine, case, func
+from sqlmodel import Session, col, select
+
+from postledger.record.models import (
+    BatchRecord,
+    BatchStatus,
+    EventRecord,
+    PostRecord,
+    PostStatus,
+    SpendRecord,
+    utcnow,
+)
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot do what was asked; the message says why and what to do."""
+
+
+class LedgerReads:
+    engine: Engine
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine) as session:
+            yield session
+
+    def runnable_batches(self, month: str, now: datetime | None = None) -> list[BatchRecord]:
+        """Queued batches that may start now, in start order (R9)."""
+        now = now or utcnow()
+        return [
+            b
+            for b in self.batches(month, BatchStatus.QUEUED)
+            if b.not_before is None or b.not_before <= now
+        ]
+
+    def next_wake(self, month: str, skip: set[str] | None = None) -> datetime | None:
+        """When the earliest waiting post or held-back batch (other than `skip`) may go; None
+        if nothing waits."""
+        now = utcnow()
+        skip = skip or set()
+        times = [p.not_before or now for p in self.posts(month, PostStatus.WAITING)]
+        times += [
+            b.not_before or now
+            for b in self.batches(month, BatchStatus.QUEUED)
+            if b.batch_id not in skip
+        ]
+        return min(times) if times else None
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def counts(self, month: str) -> dict[PostStatus, int]:
+        with self._read() as session:
+            rows = session.exec(
+                select(PostRecord.status, func.count())
+                .where(PostRecord.month == month)
+                .group_by(PostRecord.status)
+            ).all()
+        counts = {status: 0 for status in PostStatus}
+        counts.update({PostStatus(status): n for status, n in rows})
+        return counts
+
+    def still_queued(self, batch_ids: set[str]) -> set[str]:
+        """Those of the batches that are still queued: not yet started, nor held back."""
+        if not batch_ids:
+            return set()
+        with self._read() as session:
+            query = select(BatchRecord.batch_id).where(
+                col(BatchRecord.batch_id).in_(batch_ids),
+                BatchRecord.status == BatchStatus.QUEUED,
+            )
+            return set(session.exec(query))
+
+    def has_posts(self, month: str, status: PostStatus) -> bool:
+        """Whether any post of the month is in `status`: cheaper than `counts`, which the
+        dispatch loop would otherwise ask between every two batches."""
+        with self._read() as session:
+            query = select(PostRecord.post_id).where(
+                PostRecord.month == month, PostRecord.status == status
+            )
+            return session.exec(query.limit(1)).first() is not None
+
+    def retry_totals(self, month: str) -> tuple[int, int]:
+        """(paid business retries, unpaid requeues) of the month's posts, summed by the
+        database: progress reports ask often, and need no post loaded for it."""
+        retries = case((col(PostRecord.attempts) > 1, col(PostRecord.attempts) - 1), else_=0)
+        with self._read() as session:
+            business, requeues = session.exec(
+                select(func.sum(retries), func.sum(PostRecord.requeues)).where(
+                    PostRecord.month == month
+                )
+            ).one()
+        return int(business or 0), int(requeues or 0)
+
+    def posts(self, month: str, *statuses: PostStatus) -> list[PostRecord]:
+        with self._read() as session:
+            query = select(PostRecord).where(PostRecord.month == month)
+            if statuses:
+                query = query.where(col(PostRecord.status).in_(statuses))
+            return list(session.exec(query.order_by(col(PostRecord.position))))
+
+    def batches(self, month: str, *statuses: BatchStatus) -> list[BatchRecord]:
+        with self._read() as session:
+            query = select(BatchRecord).where(BatchRecord.month == month)
+            if statuses:
+                query = query.where(col(BatchRecord.status).in_(statuses))
+            return list(session.exec(query.order_by(col(BatchRecord.seq))))
+
+    def posts_of(self, batch_id: str) -> list[PostRecord]:
+        """The posts that are in the batch now, in file order."""
+        with self._read() as session:
+            return self._posts_of(session, self._batch(session, batch_id))
+
+    def batch(self, batch_id: str) -> BatchRecord:
+        with self._read() as session:
+            return self._batch(session, batch_id)
+
+    def spend(self, month: str) -> list[SpendRecord]:
+        with self._read() as session:
+            return list(
+                session.exec(
+                    select(SpendRecord)
+                    .where(SpendRecord.month == month)
+                    .order_by(col(SpendRecord.id))
+                )
+            )
+
+    def events(self, month: str) -> list[EventRecord]:
+        with self._read() as session:
+            return list(
+                session.exec(
+                    select(EventRecord)
+                    .where(EventRecord.month == month)
+                    .order_by(col(EventRecord.seq))
+                )
+            )
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _batch(session: Session, batch_id: str) -> BatchRecord:
+        batch = session.get(BatchRecord, batch_id)
+        if batch is None:
+            raise LedgerError(f"no batch {batch_id!r} in the ledger")
+        return batch
+
+    @staticmethod
+    def _posts_of(session: Session, batch: BatchRecord, *statuses: PostStatus) -> list[PostRecord]:
+        """The posts that are in `batch` now (a post may have moved on to a later batch)."""
+        query = select(PostRecord).where(
+            PostRecord.month == batch.month, PostRecord.batch_id == batch.batch_id
+        )
+        if statuses:
+            query = query.where(col(PostRecord.status).in_(statuses))
+        return list(session.exec(query.order_by(col(PostRecord.position))))

@@ -1,0 +1,221 @@
+"""The state machine of posts and batches: the only place where a status changes.
+
+Each transition is checked against a table, stamped, and written to the append-only event log
+with from, to, why and when. An illegal transition raises `IllegalTransition` before anything
+is changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import event, func, insert
+from sqlmodel import Session, select
+
+from postledger.record.models import (
+    BatchRecord,
+    BatchStatus,
+    BreakerEventRecord,
+    BreakerLevel,
+    BreakerRecord,
+    EntityKind,
+    EventRecord,
+    FailureKind,
+    PostRecord,
+    PostStatus,
+    utcnow,
+)
+
+P = PostStatus
+B = BatchStatus
+
+# Any post whose input changed (R25) starts over as pending, whatever it was.
+_RESTART = {P.PENDING}
+
+POST_TRANSITIONS: Mapping[PostStatus, frozenset[PostStatus]] = {
+    P.PENDING: frozenset({P.QUEUED, P.FAILED}),
+    P.QUEUED: frozenset({P.RUNNING, P.PENDING}),
+    P.WAITING: frozenset({P.QUEUED, P.PENDING, P.FAILED}),
+    P.RUNNING: frozenset({P.RECEIVED, P.WAITING, P.QUEUED, P.FAILED} | _RESTART),
+    P.RECEIVED: frozenset({P.COMPLETED, P.QUEUED, P.FAILED} | _RESTART),
+    P.COMPLETED: frozenset(_RESTART),
+    P.FAILED: frozenset({P.QUEUED} | _RESTART),
+}
+
+BATCH_TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
+    # queued -> failed: sent before (so maybe paid), and every post of it changed since (R25).
+    B.QUEUED: frozenset({B.RUNNING, B.CANCELLED, B.FAILED}),
+    # running -> queued: sent again later with the same idempotency key, which an upstream that
+    # honours keys answers with the task it may already have made, at no new charge.
+    B.RUNNING: frozenset({B.RECEIVED, B.FAILED, B.QUEUED}),
+    B.RECEIVED: frozenset({B.COMPLETED, B.FAILED}),
+    B.COMPLETED: frozenset(),
+    B.FAILED: frozenset(),
+    B.CANCELLED: frozenset(),
+}
+
+
+L = BreakerLevel
+
+# R18, R19: normal -> probe -> open on final transport failures; a success in probe closes it;
+# only a person's "continue" leaves open, and then to probe (one batch at a time first).
+BREAKER_TRANSITIONS: Mapping[BreakerLevel, frozenset[BreakerLevel]] = {
+    L.NORMAL: frozenset({L.PROBE}),
+    L.PROBE: frozenset({L.NORMAL, L.OPEN}),
+    L.OPEN: frozenset({L.PROBE}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A status change that the state machine does not allow; nothing was changed."""
+
+    def __init__(self, entity: str, entity_id: str, current: str, target: str) -> None:
+        super().__init__(
+            f"{entity} {entity_id!r}: {current} -> {target} is not allowed "
+            f"(this is a bug in postledger: the ledger was left as it was)"
+        )
+        self.current = current
+        self.target = target
+
+
+def post_can_move(current: PostStatus, target: PostStatus) -> bool:
+    return target in POST_TRANSITIONS[current]
+
+
+def batch_can_move(current: BatchStatus, target: BatchStatus) -> bool:
+    return target in BATCH_TRANSITIONS[current]
+
+
+class Transitions:
+    """Status changes for one month, inside one write transaction that holds the month's lock."""
+
+    def __init__(self, session: Session, month: str) -> None:
+        self._session = session
+        self._month = month
+        self._next_seq: int | None = None
+        self._events: list[dict[str, object]] = []
+        # Logged events reach the database with the session's next flush or commit.
+        event.listen(session, "before_flush", self._write_events)
+        event.listen(session, "before_commit", self._write_events)
+
+    def post(
+        self,
+        post: PostRecord,
+        target: PostStatus,
+        why: str,
+        *,
+        failure: FailureKind | None = None,
+    ) -> None:
+        """Move `post` to `target`; `failure` is required exactly when `target` is failed."""
+        if not post_can_move(post.status, target):
+            raise IllegalTransition(EntityKind.POST, post.post_id, post.status, target)
+        if (target is P.FAILED) != (failure is not None):
+            raise ValueError("a failed post needs a failure kind, and only a failed post has one")
+        self._log(EntityKind.POST, post.post_id, post.status, target, why)
+        post.status = target
+        post.failure_kind = failure
+        post.failure_reason = why if failure is not None else None
+        if target is not P.WAITING:
+            post.not_before = None
+        post.updated_at = utcnow()
+        self._session.add(post)
+
+    def batch(
+        self,
+        batch: BatchRecord,
+        target: BatchStatus,
+        why: str,
+        *,
+        failure: FailureKind | None = None,
+    ) -> None:
+        if not batch_can_move(batch.status, target):
+            raise IllegalTransition(EntityKind.BATCH, batch.batch_id, batch.status, target)
+        if (target is B.FAILED) != (failure is not None):
+            raise ValueError("a failed batch needs a failure kind, and only a failed batch has one")
+        self._log(EntityKind.BATCH, batch.batch_id, batch.status, target, why)
+        now = utcnow()
+        batch.status = target
+        batch.failure_kind = failure
+        batch.failure_reason = why if failure is not None else None
+        if target is B.RUNNING:
+            batch.started_at = now
+        if target in (B.COMPLETED, B.FAILED, B.CANCELLED):
+            batch.finished_at = now
+        batch.updated_at = now
+        self._session.add(batch)
+
+    def created(self, entity: EntityKind, entity_id: str, status: str, why: str) -> None:
+        """Log the birth of a record: its first status has no `from`."""
+        self._log(entity, entity_id, None, status, why)
+
+    def noted(self, entity: EntityKind, entity_id: str, status: str, why: str) -> None:
+        """Log something that happened to a record without changing its status."""
+        self._log(entity, entity_id, status, status, why)
+
+    def _log(
+        self, entity: EntityKind, entity_id: str, current: str | None, target: str, why: str
+    ) -> None:
+        if self._next_seq is None:
+            last = self._session.exec(
+                select(func.max(EventRecord.seq)).where(EventRecord.month == self._month)
+            ).one()
+            self._next_seq = (last or 0) + 1
+        self._events.append(
+            {
+                "month": self._month,
+                "seq": self._next_seq,
+                "entity": entity,
+                "entity_id": entity_id,
+                "from_status": current,
+                "to_status": target,
+                "why": why,
+                "at": utcnow(),
+            }
+        )
+        self._next_seq += 1
+
+    def _write_events(self, *_: object) -> None:
+        """Insert the logged events in one statement: a batch moves 25 posts at once, and an
+        ORM object per event cost more than the rest of the transaction."""
+        if self._events:
+            events = EventRecord.__table__  # type: ignore[attr-defined]
+            self._session.connection().execute(insert(events), self._events)
+            self._events = []
+
+
+def move_breaker(
+    session: Session,
+    breaker: BreakerRecord,
+    target: BreakerLevel,
+    why: str,
+    *,
+    month: str | None = None,
+) -> None:
+    """Change a breaker's level (in the caller's transaction, which holds the breaker lock)."""
+    if target not in BREAKER_TRANSITIONS[breaker.level]:
+        raise IllegalTransition("breaker", breaker.upstream, breaker.level, target)
+    note_breaker(session, breaker, why, month=month, target=target)
+    breaker.level = target
+    breaker.reason = why
+    breaker.changed_at = utcnow()
+    session.add(breaker)
+
+
+def note_breaker(
+    session: Session,
+    breaker: BreakerRecord,
+    why: str,
+    *,
+    month: str | None = None,
+    target: BreakerLevel | None = None,
+) -> None:
+    """Log something that happened to a breaker; with no `target`, its level stays."""
+    session.add(
+        BreakerEventRecord(
+            upstream=breaker.upstream,
+            month=month,
+            from_level=breaker.level,
+            to_level=target or breaker.level,
+            why=why,
+        )
+    )

@@ -1,0 +1,330 @@
+"""What every upstream client shares (httpx).
+
+It makes exactly one HTTP request per call and turns what happened into a typed result or a
+typed error; deciding what to do about an error is the business layer's job, not this one's.
+The API key travels only in the Authorization header: never in a log line, an exception
+message or the ledger.
+
+Every request carries `x-litellm-num-retries: 0`: a gateway that retries failed calls on its
+own (the LiteLLM proxy does by default) would otherwise send a paid request again behind our
+back. A gateway's report of retries it made anyway (`x-litellm-attempted-retries`) is read
+into `Created.gateway_retries` and into the raised error's `gateway_retries`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import ssl
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Self
+
+import httpx
+from pydantic import SecretStr
+
+from postledger.upstreams.calls import (
+    TaskSnapshot,
+)
+from postledger.upstreams.errors import (
+    EndpointNotFound,
+    ErrorBody,
+    RejectedError,
+    TaskStillRunning,
+    TaskUnknownError,
+    TransportError,
+    UpstreamError,
+)
+
+TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+
+
+# Sent on every request: a LiteLLM proxy in front of the upstream must not retry on its own
+# (a retry after the model ran is a second charge the ledger never sees). Servers that do not
+# know the header ignore it.
+GATEWAY_NO_RETRIES = {"x-litellm-num-retries": "0"}
+
+
+# Where a gateway reports the retries it made on its own for this response.
+GATEWAY_RETRIES_HEADER = "x-litellm-attempted-retries"
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date); None when the
+    header is missing or unusable, so the caller falls back to its own default."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_reset(value: str | None) -> float | None:
+    """Seconds from an `x-ratelimit-reset-*` header, as OpenAI writes them: `1s`, `6m0s`,
+    `20ms`, `1h2m3.5s`. None when missing or unusable."""
+    if not value or not (value := value.strip()):
+        return None
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return None
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+# A gateway (LiteLLM) forwards the provider's headers under this prefix.
+GATEWAY_FORWARDED = "llm_provider-"
+
+
+def retry_after_of(headers: httpx.Headers) -> float | None:
+    """The wait an upstream asked for: `Retry-After` (seconds or HTTP-date), else
+    `retry-after-ms`, else the longest of the `x-ratelimit-reset-*` headers; then the same
+    headers as a gateway forwards them from the provider (`llm_provider-retry-after`, ...)."""
+    for prefix in ("", GATEWAY_FORWARDED):
+        waited = _wait_of(headers, prefix)
+        if waited is not None:
+            return waited
+    return None
+
+
+def _wait_of(headers: httpx.Headers, prefix: str) -> float | None:
+    waited = parse_retry_after(headers.get(f"{prefix}retry-after"))
+    if waited is not None:
+        return waited
+    milliseconds = headers.get(f"{prefix}retry-after-ms", "").strip()
+    if milliseconds.replace(".", "", 1).isdigit():
+        return float(milliseconds) / 1000
+    resets = [
+        parse_reset(headers.get(f"{prefix}{name}"))
+        for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+    ]
+    known = [seconds for seconds in resets if seconds is not None]
+    return max(known) if known else None
+
+
+def gateway_retries_of(headers: httpx.Headers) -> int:
+    """The retries a gateway reported making on its own (`x-litellm-attempted-retries`); 0
+    when the header is missing or not a whole number."""
+    value = headers.get(GATEWAY_RETRIES_HEADER, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = 5.0
+    read: float = 30.0
+
+
+DEFAULT_TIMEOUTS = Timeouts()
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verified TLS context per process: loading the CA bundle costs tens of ms, and a
+    client is made per batch call."""
+    return ssl.create_default_context()
+
+
+class HttpUpstream:
+    """What every upstream client shares: one httpx client, one request per call, the
+    transport faults and refusals turned into typed errors, and the key only in a header.
+
+    Subclasses say what the upstream is like (`postledger.upstreams.Upstream`)."""
+
+    has_task_ids = True  # the upstream keeps a task that can be polled by its id
+    can_list = False  # the upstream can list its recent tasks, to find one by its metadata
+    long_polls = False  # a poll may ask the upstream to hold the answer until the task ends
+    # Tasks that take hours (the Batch API): the interval between polls grows to this.
+    max_poll_interval: float | None = None
+    # The 5xx answers to a create that may hide a task that was made (and is charged).
+    statuses_that_may_charge: frozenset[int] = TRANSIENT_STATUS
+    # What the base URL must look like, said when a call answers 404.
+    base_url_hint = "the task API server's root, without /v1"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: SecretStr | None = None,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        honours_keys: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport`: for tests of this client's parsing only (an `httpx.MockTransport`)."""
+        self.base_url = base_url.rstrip("/")
+        self.honours_keys = honours_keys
+        self._api_key = api_key
+        headers = {"User-Agent": "postledger", **GATEWAY_NO_RETRIES}
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key.get_secret_value()}"
+        self._timeouts = timeouts
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            verify=_tls_context(),
+            timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+        """The upstream task made for this batch and key, if the upstream can tell."""
+        return None
+
+    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
+        raise NotImplementedError
+
+    async def wait_for_task(
+        self, task_id: str, *, poll_interval: float, poll_wait: float, deadline: float
+    ) -> TaskSnapshot:
+        """Poll until the task ends. Long polls when the upstream can and `poll_wait` > 0, so
+        a result arrives the moment it is ready instead of up to one interval late."""
+        give_up = time.monotonic() + deadline
+        long_poll = self.long_polls and poll_wait > 0
+        while True:
+            remaining = give_up - time.monotonic()
+            wait = min(poll_wait, max(remaining, 0)) if long_poll else 0.0
+            snapshot = await self.get_task(task_id, wait=wait)
+            if snapshot.done:
+                return snapshot
+            if time.monotonic() >= give_up:
+                raise TaskStillRunning(
+                    f"task {task_id} still {snapshot.status} after {deadline:g} s; "
+                    "it may still finish upstream"
+                )
+            if not long_poll:
+                await asyncio.sleep(min(poll_interval, max(give_up - time.monotonic(), 0)))
+                if self.max_poll_interval:
+                    poll_interval = min(poll_interval * 1.5, self.max_poll_interval)
+
+    async def _send(
+        self, method: str, url: str, *, reads_task: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """One request. `reads_task`: the call reads one task by its id, so a 404 means the
+        upstream does not know that task (`TaskUnknownError`); on any other call a 404 means
+        the configured URL is wrong (`EndpointNotFound`)."""
+        try:
+            response = await self._http.request(method, url, **kwargs)
+        except httpx.ConnectError as exc:
+            raise TransportError(
+                f"could not connect to {self.base_url} ({type(exc).__name__})", maybe_sent=False
+            ) from None
+        except httpx.ConnectTimeout:
+            raise TransportError(
+                f"connecting to {self.base_url} timed out", maybe_sent=False
+            ) from None
+        except httpx.TransportError as exc:
+            raise TransportError(
+                f"{method} {url}: no answer ({type(exc).__name__})", maybe_sent=True
+            ) from None
+        status = response.status_code
+        retried = gateway_retries_of(response.headers)
+        also = _gateway_note(retried)
+        if status in TRANSIENT_STATUS:
+            raise TransportError(
+                self._redact(f"{method} {url}: HTTP {status}{also}"),
+                maybe_sent=status in self.statuses_that_may_charge,
+                status=status,
+                gateway_retries=retried,
+            )
+        if status >= 400:
+            body = _error_of(response)
+            cls: type[RejectedError] = RejectedError
+            message = f"{method} {url}: HTTP {status}: {body.message}{also}"
+            if status == 404 and reads_task:
+                cls = TaskUnknownError
+            elif status == 404:
+                cls = EndpointNotFound
+                message = self._not_found(method, response, body) + also
+            raise cls(
+                self._redact(message),
+                status=status,
+                error_type=body.kind,
+                retry_after=retry_after_of(response.headers),
+                body=body,
+                gateway_retries=retried,
+            )
+        return response
+
+    def _not_found(self, method: str, response: httpx.Response, body: ErrorBody) -> str:
+        where = response.request.url.copy_with(query=None)
+        if body.code == "model_not_found":
+            return (
+                f"{method} {where} answered 404: the upstream does not know the model "
+                f"({body.message}); check POSTLEDGER_MODEL"
+            )
+        said = f" ({body.message})" if body.message else ""
+        return (
+            f"{method} {where} answered 404 Not Found{said}: the upstream URL looks wrong; "
+            f"check POSTLEDGER_UPSTREAM_URL, which must be {self.base_url_hint}"
+        )
+
+    def _redact(self, text: str) -> str:
+        if self._api_key is not None and self._api_key.get_secret_value():
+            text = text.replace(self._api_key.get_secret_value(), "***")
+        return text
+
+
+def json_body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        raise UpstreamError(f"HTTP {response.status_code} with a body that is not JSON") from None
+    if not isinstance(data, dict):
+        raise UpstreamError(f"HTTP {response.status_code} with a JSON {type(data).__name__}")
+    return data
+
+
+def _error_of(response: httpx.Response) -> ErrorBody:
+    """Type, code and message of an error body `{"error": {"message", "type", "param",
+    "code"}}`. The code is the finer word when there is one: OpenAI answers a 429 with the
+    type `requests` and the code `rate_limit_exceeded`, or type and code
+    `insufficient_quota`. A gateway may write the code as a number (`"429"`, or 429)."""
+    try:
+        error = response.json().get("error", {})
+        if isinstance(error, str):  # some servers answer {"error": "text"}
+            return ErrorBody(message=error[:500])
+        return ErrorBody(
+            type=_word(error.get("type")),
+            code=_word(error.get("code")),
+            message=str(error.get("message") or "")[:500],
+        )
+    except (ValueError, AttributeError):
+        return ErrorBody(message=response.text[:200])
+
+
+def _word(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str | int):
+        return str(value).strip() or None
+    return None
+
+
+def _gateway_note(retries: int) -> str:
+    if not retries:
+        return ""
+    times = "once" if retries == 1 else f"{retries} times"
+    return f" (a gateway in front of the upstream retried it {times} on its own)"

@@ -1,0 +1,95 @@
+"""The simulator's "model": a deterministic analysis derived from the post text alone.
+
+Good enough to look like an answer, cheap enough to run thousands of times, and the same text
+always gives the same answer, so tests can compare results across runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import TypedDict
+
+from postledger.batches.output import Category, Sentiment
+
+_QUESTION = re.compile(
+    r"\?|？|¿|^(how|why|what|when|where|can|does|is|are|do|should|which)\b|怎么|如何|吗|什么"
+    r"|^(wie|warum|comment|pourquoi|como|cómo|qué|por qué)\b|どう|ですか",
+    re.IGNORECASE,
+)
+_SUGGESTION = re.compile(
+    r"\b(should|would be (nice|great)|please add|feature request|suggest|wish|idea)\b"
+    r"|建议|希望|sugerencia|sugiero|vorschlag|wäre schön|suggestion|ce serait bien|提案|sugest",
+    re.IGNORECASE,
+)
+_NEWS = re.compile(
+    r"\b(announc\w*|released?|launch\w*|now available|version \d|update \d|changelog)\b"
+    r"|发布|上线|lanzamiento|veröffentlicht|disponible|リリース|lançamento",
+    re.IGNORECASE,
+)
+_POSITIVE = re.compile(
+    r"\b(love|great|thanks?|thank you|awesome|excellent|amazing|perfect|happy|good|fast|"
+    r"recommend|works)\b|喜欢|好用|谢谢|很棒|excelente|gracias|genial|toll|super|danke|"
+    r"génial|merci|parfait|最高|ありがとう|obrigad|ótimo|😍|👍|❤️",
+    re.IGNORECASE,
+)
+_NEGATIVE = re.compile(
+    r"\b(broken|crash\w*|refund|terrible|worst|angry|disappointed|slow|bug|bugs|error|fail\w*|"
+    r"never|late|missing|scam|useless|annoying|problem)\b|差|失望|问题|崩溃|退款|malo|fatal|"
+    r"problema|schlecht|fehler|kaputt|nul|problème|déçu|問題|最悪|ruim|péssimo|😡|👎",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+SUMMARY_CHARS = 140
+
+
+class ModelItem(TypedDict):
+    id: str
+    category: str
+    sentiment: str
+    summary: str
+
+
+def analyse(post_id: str, text: str) -> ModelItem:
+    positive = len(_POSITIVE.findall(text))
+    negative = len(_NEGATIVE.findall(text))
+    sentiment = (
+        Sentiment.POSITIVE
+        if positive > negative
+        else Sentiment.NEGATIVE
+        if negative > positive
+        else Sentiment.NEUTRAL
+    )
+    if _NEWS.search(text):
+        category = Category.NEWS
+    elif _SUGGESTION.search(text):
+        category = Category.SUGGESTION
+    elif _QUESTION.search(text.strip()):
+        category = Category.QUESTION
+    elif sentiment is Sentiment.NEGATIVE:
+        category = Category.COMPLAINT
+    elif sentiment is Sentiment.POSITIVE:
+        category = Category.PRAISE
+    else:
+        category = Category.OTHER
+    return ModelItem(
+        id=post_id, category=category.value, sentiment=sentiment.value, summary=summarise(text)
+    )
+
+
+def summarise(text: str) -> str:
+    first = next((part.strip() for part in _SENTENCE_END.split(text) if part.strip()), text)
+    first = " ".join(first.split())
+    return first if len(first) <= SUMMARY_CHARS else first[: SUMMARY_CHARS - 1].rstrip() + "…"
+
+
+def write_output(posts: Sequence[tuple[str, str]]) -> str:
+    """The text the model "writes" for a batch: a JSON list, one item per post."""
+    return json.dumps([analyse(pid, text) for pid, text in posts], ensure_ascii=False)
+
+
+def count_tokens(text: str) -> int:
+    """A rough, deterministic token count (~4 characters per token), like a tokenizer's."""
+    return max(1, math.ceil(len(text) / 4))

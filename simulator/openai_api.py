@@ -1,0 +1,487 @@
+"""The simulator's OpenAI face: chat completions and the Batch API, over the same tasks, the
+same fault injection and the same charge log as the task API.
+
+POST /v1/chat/completions     one synchronous completion: charged, answered after the latency
+POST /v1/files                multipart upload (purpose=batch) of a Batch API input file
+GET  /v1/files/{id}[/content] a file, or its bytes (input, output and error files)
+POST /v1/batches              {input_file_id, endpoint, completion_window, metadata}: charged
+GET  /v1/batches              the batches, newest first; `limit`, `after`
+GET  /v1/batches/{id}         one batch; output and error files once it ended
+POST /v1/batches/{id}/cancel  cancelling -> cancelled; the requests not yet run are undone
+
+A batch runs all its requests as one simulated task (one charge listing every post, under the
+`postledger_key` of its metadata), which takes the simulator's latency; its output is then
+split into one output line per request (`custom_id` = the post id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request, Response
+
+from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Faults, Route
+from simulator.model import count_tokens
+from simulator.outputs import spoil_output
+from simulator.responses import error, refusal, transport_fault
+from simulator.upstream import SimTask, TaskState, Upstream
+
+ENDPOINT = "/v1/chat/completions"
+UNDONE = {
+    "expired": (
+        "batch_expired",
+        "This request could not be executed before the completion window expired.",
+    ),
+    "cancelled": ("batch_cancelled", "This request was not executed: the batch was cancelled."),
+}
+
+
+@dataclass
+class SimFile:
+    id: str
+    filename: str
+    purpose: str
+    content: bytes
+    created_at: int
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": len(self.content),
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+        }
+
+
+@dataclass
+class SimBatch:
+    id: str
+    task: SimTask
+    input_file_id: str
+    completion_window: str
+    metadata: dict[str, str]
+    created_at: int
+    fate: str = "completed"  # how it ends: completed, failed, expired, cancelled
+    failed_post: str | None = None  # a request_error fault: this post's request fails
+    cancel_at: float | None = None  # monotonic, when a cancel was asked
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def status(self, now: float) -> str:
+        if self.cancel_at is not None and self.task.state(now) not in _ENDED:
+            return "cancelled" if now >= self.cancel_at + 0.05 else "cancelling"
+        state = self.task.state(now)
+        if state is TaskState.QUEUED:
+            return "validating"
+        if state is TaskState.RUNNING:
+            return "in_progress"
+        return self.fate
+
+
+_ENDED = (TaskState.SUCCEEDED, TaskState.FAILED)
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def chat_input(messages: Any) -> tuple[str, list[tuple[str, str]]]:
+    """(prompt, posts) of a chat request: the system messages, and the posts of the last user
+    message (`{"posts": [{id, text}]}` as postledger sends; any other text is one post)."""
+    messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+    prompt = "\n".join(_text_of(m.get("content")) for m in messages if m.get("role") == "system")
+    user = next(
+        (_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
+    try:
+        posts = [(str(p["id"]), str(p["text"])) for p in json.loads(user)["posts"]]
+    except (ValueError, KeyError, TypeError):
+        posts = []
+    return prompt, posts or [("1", user)]
+
+
+def _answer_text(output: str, json_mode: bool) -> str:
+    """The model's text: its JSON list, wrapped as {"results": [...]} when the request asked
+    for a JSON object (response_format); spoiled output is passed on as it is."""
+    if not json_mode:
+        return output
+    try:
+        items = json.loads(output)
+    except ValueError:
+        return output
+    return json.dumps({"results": items}, ensure_ascii=False) if isinstance(items, list) else output
+
+
+def completion(
+    model: str, content: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
+    return {
+        "id": _new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _json_mode(body: dict[str, Any]) -> bool:
+    format_ = body.get("response_format")
+    return isinstance(format_, dict) and format_.get("type") in ("json_object", "json_schema")
+
+
+def _parse_multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """name -> (filename, bytes) of a multipart/form-data body."""
+    message = BytesParser(policy=HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + raw
+    )
+    parts: dict[str, tuple[str | None, bytes]] = {}
+    if not message.is_multipart():
+        return parts
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if name:
+            parts[str(name)] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+    return parts
+
+
+def add_openai_routes(
+    app: FastAPI, upstream: Upstream, faults: Faults, authorized: Callable[[Request], bool]
+) -> None:
+    files: dict[str, SimFile] = {}
+    batches: dict[str, SimBatch] = {}
+    lock = threading.RLock()  # finishing a batch adds its files under the same lock
+
+    def denied() -> Response:
+        return error(
+            401, "invalid_request_error", "Incorrect API key provided.", code="invalid_api_key"
+        )
+
+    def invalid(message: str, status: int = 400) -> Response:
+        return error(status, "invalid_request_error", message)
+
+    def add_file(filename: str, purpose: str, content: bytes) -> SimFile:
+        made = SimFile(_new_id("file"), filename, purpose, content, int(time.time()))
+        with lock:
+            files[made.id] = made
+        return made
+
+    def spoil(task: SimTask) -> None:
+        if (decision := faults.decide(Route.OUTPUT)) is not None:
+            task.output = spoil_output(task.output, decision.fault, faults.pick)
+
+    # --- chat completions --------------------------------------------------------------------
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        upstream.count_request("create")
+        if not authorized(request):
+            return denied()
+        body = await request.json()
+        if not isinstance(body, dict) or not body.get("model") or not body.get("messages"):
+            return invalid("model and messages are required")
+        decision = faults.decide(Route.CREATE)
+        if decision is not None and decision.fault in CREATE_REFUSED:
+            return refusal(decision, openai=True)
+        if decision is not None and decision.fault not in CREATE_AFTER:
+            return await transport_fault(decision)  # nothing was made
+        if faults.decide(Route.TASK) is not None:  # the model failed: answered 500, not billed
+            return error(500, "server_error", "The server had an error processing your request.")
+        prompt, posts = chat_input(body["messages"])
+        task, _ = upstream.create(
+            model=str(body["model"]),
+            prompt=prompt,
+            posts=posts,
+            idempotency_key=request.headers.get("idempotency-key"),
+            now=time.monotonic(),
+            on_new=spoil,
+            honour_key=False,
+        )
+        await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))
+        if decision is not None:
+            return await transport_fault(decision)  # made and charged, the answer is lost
+        content = _answer_text(task.output, _json_mode(body))
+        return completion(task.model, content, task.input_tokens, count_tokens(content))
+
+    # --- files -------------------------------------------------------------------------------
+
+    @app.post("/v1/files")
+    async def upload_file(request: Request) -> Any:
+        upstream.count_request("files")
+        if not authorized(request):
+            return denied()
+        parts = _parse_multipart(request.headers.get("content-type", ""), await request.body())
+        if "file" not in parts:
+            return invalid("a multipart `file` is required")
+        purpose = parts.get("purpose", (None, b""))[1].decode()
+        if purpose != "batch":
+            return invalid(f"purpose {purpose!r} is not supported here; use `batch`")
+        filename, content = parts["file"]
+        return add_file(filename or "upload.jsonl", purpose, content).body()
+
+    @app.get("/v1/files/{file_id}")
+    async def get_file(file_id: str, request: Request) -> Any:
+        if not authorized(request):
+            return denied()
+        found = files.get(file_id)
+        return found.body() if found else invalid(f"No such File object: {file_id}", 404)
+
+    @app.get("/v1/files/{file_id}/content")
+    async def file_content(file_id: str, request: Request) -> Any:
+        if not authorized(request):
+            return denied()
+        found = files.get(file_id)
+        if found is None:
+            return invalid(f"No such File object: {file_id}", 404)
+        return Response(found.content, media_type="application/octet-stream")
+
+    # --- batches -----------------------------------------------------------------------------
+
+    def finish(batch: SimBatch, status: str) -> None:
+        """Write the output and error files of a batch that ended (once)."""
+        if batch.output_file_id or batch.error_file_id or status == "failed":
+            return
+        task = batch.task
+        posts = [post_id for post_id, _ in task.posts]
+        texts = dict(task.posts)
+        done = posts if status == "completed" else posts[: len(posts) // 2]
+        try:
+            items = json.loads(task.output)
+        except ValueError:
+            items = None
+        out, errors = [], []
+        for post_id in posts:
+            line: dict[str, Any] = {"id": _new_id("batch_req"), "custom_id": post_id}
+            if post_id not in done:
+                code, message = UNDONE[status]
+                errors.append(
+                    {**line, "response": None, "error": {"code": code, "message": message}}
+                )
+            elif post_id == batch.failed_post:
+                body = {
+                    "error": {
+                        "message": "The server had an error processing your request.",
+                        "type": "server_error",
+                        "param": None,
+                        "code": "server_error",
+                    }
+                }
+                response = {"status_code": 500, "request_id": _new_id("req"), "body": body}
+                errors.append({**line, "response": response, "error": None})
+            else:
+                own = (
+                    [i for i in items if isinstance(i, dict) and i.get("id") == post_id]
+                    if isinstance(items, list)
+                    else None
+                )
+                text = task.output if own is None else json.dumps(own, ensure_ascii=False)
+                content = _answer_text(text, json_mode=True)
+                prompt_tokens = count_tokens(task.prompt) + count_tokens(texts[post_id])
+                response = {
+                    "status_code": 200,
+                    "request_id": _new_id("req"),
+                    "body": completion(task.model, content, prompt_tokens, count_tokens(content)),
+                }
+                out.append({**line, "response": response, "error": None})
+        if out:
+            batch.output_file_id = add_file(
+                f"{batch.id}_output.jsonl", "batch_output", _jsonl(out)
+            ).id
+        if errors:
+            batch.error_file_id = add_file(
+                f"{batch.id}_error.jsonl", "batch_output", _jsonl(errors)
+            ).id
+        batch.counts = {"total": len(posts), "completed": len(out), "failed": len(errors)}
+
+    def batch_body(batch: SimBatch) -> dict[str, Any]:
+        now = time.monotonic()
+        status = batch.status(now)
+        ended = status in ("completed", "failed", "expired", "cancelled")
+        if ended:
+            with lock:
+                finish(batch, status)
+        stamp = int(time.time())
+        errors = (
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "code": "batch_failed",
+                        "line": None,
+                        "param": None,
+                        "message": "The batch failed (simulated).",
+                    }
+                ],
+            }
+            if status == "failed"
+            else None
+        )
+        return {
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": ENDPOINT,
+            "errors": errors,
+            "input_file_id": batch.input_file_id,
+            "completion_window": batch.completion_window,
+            "status": status,
+            "output_file_id": batch.output_file_id,
+            "error_file_id": batch.error_file_id,
+            "created_at": batch.created_at,
+            "in_progress_at": batch.created_at if status != "validating" else None,
+            "expires_at": batch.created_at + 86_400,
+            "completed_at": stamp if status == "completed" else None,
+            "failed_at": stamp if status == "failed" else None,
+            "expired_at": stamp if status == "expired" else None,
+            "cancelled_at": stamp if status == "cancelled" else None,
+            "request_counts": batch.counts
+            or {"total": len(batch.task.posts), "completed": 0, "failed": 0},
+            "metadata": batch.metadata,
+        }
+
+    @app.post("/v1/batches")
+    async def create_batch(request: Request) -> Any:
+        upstream.count_request("create")
+        if not authorized(request):
+            return denied()
+        body = await request.json()
+        source = files.get(str(body.get("input_file_id"))) if isinstance(body, dict) else None
+        if source is None:
+            return invalid("input_file_id names no uploaded file")
+        if body.get("endpoint") != ENDPOINT:
+            return invalid(f"only {ENDPOINT} is simulated")
+        lines = [json.loads(line) for line in source.content.decode().splitlines() if line]
+        if not lines:
+            return invalid("the input file has no requests")
+        decision = faults.decide(Route.CREATE)
+        if decision is not None and decision.fault in CREATE_REFUSED:
+            return refusal(decision, openai=True)
+        if decision is not None and decision.fault not in CREATE_AFTER:
+            return await transport_fault(decision)  # nothing was made
+        prompt = chat_input(lines[0]["body"]["messages"])[0]
+        posts = [
+            (str(line["custom_id"]), chat_input(line["body"]["messages"])[1][0][1])
+            for line in lines
+        ]
+        metadata = {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
+        fate: dict[str, str] = {}
+
+        def decide(task: SimTask) -> None:
+            if (task_fault := faults.decide(Route.TASK)) is not None:
+                fate["fate"] = "failed" if task_fault.fault == "task_failed" else task_fault.fault
+            output_fault = faults.decide(Route.OUTPUT)
+            if output_fault is not None and output_fault.fault == "request_error":
+                fate["failed_post"] = posts[faults.pick(Route.OUTPUT, len(posts))][0]
+            elif output_fault is not None:
+                task.output = spoil_output(task.output, output_fault.fault, faults.pick)
+
+        task, _ = upstream.create(
+            model=str(lines[0]["body"].get("model", "")),
+            prompt=prompt,
+            posts=posts,
+            idempotency_key=metadata.get("postledger_key"),
+            now=time.monotonic(),
+            on_new=decide,
+            honour_key=False,
+        )
+        batch = SimBatch(
+            id=_new_id("batch"),
+            task=task,
+            input_file_id=source.id,
+            completion_window=str(body.get("completion_window", "24h")),
+            metadata=metadata,
+            created_at=int(time.time()),
+            fate=fate.get("fate", "completed"),
+            failed_post=fate.get("failed_post"),
+        )
+        with lock:
+            batches[batch.id] = batch
+        if decision is not None:
+            return await transport_fault(decision)  # made and charged, the answer is lost
+        return batch_body(batch)
+
+    @app.get("/v1/batches")
+    async def list_batches(
+        request: Request,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        after: str | None = None,
+    ) -> Any:
+        upstream.count_request("list")
+        if not authorized(request):
+            return denied()
+        with lock:
+            newest_first = list(reversed(batches.values()))
+        if after is not None:
+            ids = [b.id for b in newest_first]
+            newest_first = newest_first[ids.index(after) + 1 :] if after in ids else []
+        page = newest_first[:limit]
+        data = [batch_body(b) for b in page]
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": len(newest_first) > limit,
+        }
+
+    @app.get("/v1/batches/{batch_id}")
+    async def get_batch(batch_id: str, request: Request) -> Any:
+        upstream.count_request("poll", batch_id)
+        if not authorized(request):
+            return denied()
+        decision = faults.decide(Route.POLL)
+        if decision is not None and decision.fault == "forget":
+            with lock:
+                batches.pop(batch_id, None)
+        elif decision is not None:
+            return await transport_fault(decision)
+        batch = batches.get(batch_id)
+        if batch is None:
+            return invalid(f"No batch found with id '{batch_id}'.", 404)
+        return batch_body(batch)
+
+    @app.post("/v1/batches/{batch_id}/cancel")
+    async def cancel_batch(batch_id: str, request: Request) -> Any:
+        if not authorized(request):
+            return denied()
+        batch = batches.get(batch_id)
+        if batch is None:
+            return invalid(f"No batch found with id '{batch_id}'.", 404)
+        if batch.task.state(time.monotonic()) not in _ENDED and batch.cancel_at is None:
+            batch.cancel_at = time.monotonic()
+            batch.fate = "cancelled"
+        return batch_body(batch)
+
+
+def _jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()

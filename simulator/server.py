@@ -1,0 +1,120 @@
+"""Running the simulator: in the foreground (`postledger sim serve`) or as a child process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from postledger.children import stop_child, wait_answering
+from simulator.app import create_app
+from simulator.faults import FaultPlan, Faults
+from simulator.upstream import Upstream
+
+READY_PREFIX = "postledger simulator listening on "
+
+
+class _QuietDeliberateResets(logging.Filter):
+    """The `reset` fault breaks responses on purpose; uvicorn would log each as an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return "Too little data for declared Content-Length" not in str(exc)
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    latency: float = 1.0,
+    seed: int = 0,
+    api_key: str | None = None,
+    create_delay: float = 0.0,
+    faults: FaultPlan | None = None,
+    honour_keys: bool = True,
+) -> None:
+    """Serve until interrupted; prints one line with the URL once the port is bound."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound_host, bound_port = sock.getsockname()[:2]
+    app = create_app(
+        Upstream(latency=latency, seed=seed, honour_keys=honour_keys),
+        api_key=api_key,
+        create_delay=create_delay,
+        faults=Faults(faults),
+    )
+    # Asked to stop, it drops open requests after a second: a long poll or a held create
+    # answer would otherwise keep it up until its parent gives up waiting and kills it.
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+    )
+    logging.getLogger("uvicorn.error").addFilter(_QuietDeliberateResets())
+    print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextmanager
+def simulator_process(
+    *,
+    latency: float = 1.0,
+    seed: int = 0,
+    api_key: str | None = None,
+    create_delay: float = 0.0,
+    faults: str | None = None,
+    scenario: str | None = None,
+    honour_keys: bool = True,
+    startup_timeout: float = 30,
+) -> Iterator[str]:
+    """Start `postledger sim serve` on a free loopback port; yields its base URL."""
+    args = [
+        sys.executable,
+        "-m",
+        "cli",
+        "sim",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--latency",
+        str(latency),
+        "--seed",
+        str(seed),
+        "--create-delay",
+        str(create_delay),
+    ]
+    if faults:
+        args += ["--faults", faults]
+    if scenario:
+        args += ["--scenario", scenario]
+    if not honour_keys:
+        args.append("--ignore-idempotency-keys")
+    env = dict(os.environ)
+    if api_key is not None:
+        env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        url = _wait_ready(process, startup_timeout)
+        yield url
+    finally:
+        stop_child(process)
+
+
+def _wait_ready(process: subprocess.Popen[str], timeout: float) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith(READY_PREFIX):
+        process.kill()
+        raise RuntimeError(f"the simulator did not start (it said {line!r})")
+    url = line[len(READY_PREFIX) :].strip()
+    if problem := wait_answering(process, f"{url}/_sim/stats", timeout=timeout, interval=0.05):
+        process.kill()
+        raise RuntimeError(f"the simulator at {url} {problem}")
+    return url

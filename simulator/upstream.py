@@ -1,0 +1,171 @@
+"""The simulated paid AI service: tasks, the charge log and request statistics.
+
+Pure state behind a lock, with time passed in, so that the HTTP layer stays thin and fault
+injection (`Faults`) can change what a request sees without touching the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from simulator.model import count_tokens, write_output
+
+
+class TaskState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass
+class SimTask:
+    task_id: str
+    idempotency_key: str | None
+    model: str
+    prompt: str
+    posts: list[tuple[str, str]]
+    created: float  # monotonic seconds
+    done_at: float
+    output: str
+    input_tokens: int
+    output_tokens: int
+    error: str | None = None
+
+    def state(self, now: float) -> TaskState:
+        if now >= self.done_at:
+            return TaskState.FAILED if self.error else TaskState.SUCCEEDED
+        # The first tenth of the latency is spent waiting for a worker, as real services do.
+        queued_until = self.created + (self.done_at - self.created) / 10
+        return TaskState.QUEUED if now < queued_until else TaskState.RUNNING
+
+
+@dataclass(frozen=True)
+class Charge:
+    task_id: str
+    idempotency_key: str | None
+    post_ids: list[str]
+    model: str
+    input_tokens: int
+    output_tokens: int
+    at: str  # ISO 8601 UTC
+    done_at: str  # when the task ends upstream: [at, done_at) is the time it is in flight
+
+
+class IdempotencyConflict(Exception):
+    """The same Idempotency-Key arrived with a different request body."""
+
+
+@dataclass
+class Upstream:
+    latency: float = 1.0
+    seed: int = 0
+    tasks: dict[str, SimTask] = field(default_factory=dict)
+    by_key: dict[str, str] = field(default_factory=dict)
+    charges: list[Charge] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)
+    polls: dict[str, int] = field(default_factory=dict)  # per task id: who was asked about
+    max_in_flight: int = 0
+    # False: every create makes (and charges) a new task, as upstreams without idempotency do.
+    honour_keys: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._ids = random.Random(self.seed)
+
+    def count_request(self, route: str, task_id: str | None = None) -> None:
+        with self.lock:
+            self.requests[route] = self.requests.get(route, 0) + 1
+            if task_id is not None:
+                self.polls[task_id] = self.polls.get(task_id, 0) + 1
+
+    def create(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        posts: list[tuple[str, str]],
+        idempotency_key: str | None,
+        now: float,
+        on_new: Callable[[SimTask], None] | None = None,
+        honour_key: bool = True,
+    ) -> tuple[SimTask, bool]:
+        """Accept a task; returns (task, charged). A known key returns its task, uncharged.
+        `honour_key=False`: the protocol has no idempotency keys; the key (if any) is only
+        written into the charge log."""
+        honour_key = honour_key and self.honour_keys
+        with self.lock:
+            if honour_key and idempotency_key in self.by_key:
+                task = self.tasks[self.by_key[idempotency_key]]
+                if (task.model, task.prompt, task.posts) != (model, prompt, posts):
+                    raise IdempotencyConflict(idempotency_key)
+                return task, False
+            output = write_output(posts)
+            task = SimTask(
+                task_id="task_" + uuid.UUID(int=self._ids.getrandbits(128), version=4).hex,
+                idempotency_key=idempotency_key,
+                model=model,
+                prompt=prompt,
+                posts=posts,
+                created=now,
+                done_at=now + self.latency,
+                output=output,
+                input_tokens=count_tokens(prompt) + sum(count_tokens(t) for _, t in posts),
+                output_tokens=count_tokens(output),
+            )
+            wall = datetime.now(UTC)
+            if on_new is not None:
+                on_new(task)  # faults decided once per task, never again for a repeated key
+            self.tasks[task.task_id] = task
+            if idempotency_key is not None and honour_key:
+                self.by_key[idempotency_key] = task.task_id
+            self.charges.append(
+                Charge(
+                    task_id=task.task_id,
+                    idempotency_key=idempotency_key,
+                    post_ids=[pid for pid, _ in posts],
+                    model=model,
+                    input_tokens=task.input_tokens,
+                    output_tokens=task.output_tokens,
+                    at=wall.isoformat(),
+                    done_at=(wall + timedelta(seconds=self.latency)).isoformat(),
+                )
+            )
+            self.max_in_flight = max(self.max_in_flight, self._in_flight(now))
+            return task, True
+
+    def get(self, task_id: str) -> SimTask | None:
+        with self.lock:
+            return self.tasks.get(task_id)
+
+    def forget(self, task_id: str) -> None:
+        """Lose a task, as an upstream that expires or loses tasks does (its charge stays)."""
+        with self.lock:
+            task = self.tasks.pop(task_id, None)
+            if task is not None and task.idempotency_key is not None:
+                self.by_key.pop(task.idempotency_key, None)
+
+    def in_flight(self, now: float) -> int:
+        with self.lock:
+            return self._in_flight(now)
+
+    def _in_flight(self, now: float) -> int:
+        return sum(1 for t in self.tasks.values() if t.created <= now < t.done_at)
+
+    def stats(self, now: float) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "requests": dict(self.requests),
+                "polls_by_task": dict(self.polls),
+                "tasks": len(self.tasks),
+                "charges": len(self.charges),
+                "in_flight": self._in_flight(now),
+                "max_in_flight": self.max_in_flight,
+            }
