@@ -99,7 +99,7 @@ def status(
     ] = False,
 ) -> None:
     """Where MONTH stands, read from the ledger alone: it opens the ledger read-only and makes
-    no network call at all (R30)."""
+    no network call at all."""
     from postledger.progress.status import (
         failed_posts_table,
         failures_table,

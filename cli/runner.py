@@ -61,7 +61,7 @@ def run_month(
                 "simulator. No real AI is called and nothing is paid.[/]"
             )
             simulator = simulator_process(latency=sim_latency)
-            # One name for every run's simulator, whatever its port: its breaker persists (R19).
+            # One name for every run's simulator, whatever its port: its breaker persists (R18).
             os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
             # The bundled simulator honours idempotency keys, as the task API kind may not.
             os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")

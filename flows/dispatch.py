@@ -2,36 +2,84 @@
 window allows (R18), take them back in whatever order they finish, and plan what comes back
 (retries, halves, posts whose wait is over) until nothing is queued or waiting.
 
-It starts only what may run now, so no lane waits on the tag limit, and a pause never has a
-batch in flight (a pause does not stop task runs already submitted) nor a slot held: batches run
-on lanes (`tasks/lanes.py`), which the loop releases whenever it has no next batch for them.
+The loop is in one phase at a time: sending (batches start while the window has room),
+waiting for a probe (another run's probe batch holds the upstream), held by the budget (a
+batch could cross it: drain, look again, then ask a person), or stopping (nothing more starts:
+drain, then say why). With nothing in flight it either asks a person (a budget, an open
+breaker), naps until the next post's wait is over, or ends. It starts only what may run now,
+so no batch waits on the tag limit, and a pause never has a batch in flight nor a slot held.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from prefect import get_run_logger
 
 from flows.approval import ask_about_budget, ask_to_continue
+from flows.batch_runs import BatchRuns, Crashed, Ended
 from postledger.guards.breaker import window
 from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import Answer, BreakerLevel, PostStatus, utcnow
 from postledger.settings import Settings
-from tasks.lanes import Lanes
+from tasks.outcome import HeldByBreaker, LedgerFailed, OverBudget, Settled, StopsRun
 
-# How long the loop sleeps at most between looks at the ledger while posts wait.
+# How long the loop naps at most between looks at the ledger while posts wait.
 MAX_NAP_SECONDS = 5.0
-# How often the loop looks whether a batch started under a budget has passed its check.
-CONFIRM_NAP_SECONDS = 0.005
-# After the breaker held a batch back (another month is probing), look again this much later.
+# The shortest nap, and how often the loop looks whether a batch started under a budget has
+# passed its budget check.
+MIN_NAP_SECONDS = 0.05
+# After the breaker held a batch back (another run is probing), look again this much later.
 HELD_NAP_SECONDS = 1.0
 
 
 class RunStopped(RuntimeError):
     """No further batch may start in this run (R14, R19, R20); the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Sending:
+    """Batches start while the window has room."""
+
+    # Under a budget: the batch just started, not yet past its budget check. The next one
+    # starts only after it, so that one held back is never overtaken by a later one (R9).
+    checking: str | None = None
+    budget_looked_again: bool = False  # a budget hold was already looked at again once
+
+
+@dataclass(frozen=True)
+class WaitingForProbe:
+    """Another run's probe batch holds the upstream: look again at `until` (monotonic)."""
+
+    until: float
+
+
+@dataclass(frozen=True)
+class HeldByBudget:
+    """A batch could cross the month's budget: let those in flight settle at their real cost,
+    look again once, then ask a person."""
+
+    why: str
+    looked_again: bool
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """Nothing more starts in this run: let those in flight end, then stop with `why`."""
+
+    why: str
+
+
+Phase = Sending | WaitingForProbe | HeldByBudget | Stopping
+
+
+@dataclass(frozen=True)
+class Finished:
+    why_stopped: str | None  # None: the month's work is done, as far as this run can take it
 
 
 def run_until_done(
@@ -46,138 +94,172 @@ def run_until_done(
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
     upstream task is to be polled (a person said yes, R23); they go first. `on_progress` is
     called whenever batches have ended. `holder`: this run's claim on the month."""
-    with Lanes(ledger_url, holder) as lanes:
-        return _dispatch(lanes, ledger, month, settings, polls or [], on_progress)
+    with BatchRuns(ledger_url, holder) as runs:
+        return Dispatch(ledger, month, settings, runs, list(polls or []), on_progress).run()
 
 
-def _dispatch(
-    lanes: Lanes,
-    ledger: Ledger,
-    month: str,
-    settings: Settings,
-    polls: list[str],
-    on_progress: Callable[[], None] | None,
-) -> str | None:
-    logger = get_run_logger()
-    upstream = settings.breaker_name()
-    in_flight: set[str] = set()
-    crashed: set[str] = set()  # not started again in this run: whatever broke would again
-    stop: str | None = None
-    quiet_until = 0.0  # monotonic time before which nothing new is submitted
-    over_budget: str | None = None  # a batch was held back by the budget: ask once drained
-    budget_rechecked = False
-    progressed = False  # batches ended since the artifacts were last updated
-    to_poll = list(polls)
-    unconfirmed: set[str] = set()  # started under a budget, not yet past its budget check
+class Dispatch:
+    def __init__(
+        self,
+        ledger: Ledger,
+        month: str,
+        settings: Settings,
+        runs: BatchRuns,
+        polls: list[str],
+        on_progress: Callable[[], None] | None,
+    ) -> None:
+        self.ledger, self.month, self.settings, self.runs = ledger, month, settings, runs
+        self.to_poll = polls
+        self.on_progress = on_progress
+        self.upstream = settings.breaker_name()
+        self.phase: Phase = Sending()
+        self.crashed: set[str] = set()  # not started again in this run: it would break again
+        self.progressed = False  # batches ended since the progress was last shown
+        self.logger = get_run_logger()
 
-    while True:
-        level = ledger.approvals.breaker(upstream).level
-        room = window(level, settings.max_in_flight) - len(in_flight)
-        if unconfirmed:
-            unconfirmed = ledger.still_queued(unconfirmed & in_flight)
-        may_submit = (
-            stop is None
-            and over_budget is None
-            and not unconfirmed
-            and time.monotonic() >= quiet_until
-        )
-        if may_submit and room > 0:
-            try:
-                plan_due_work(ledger, month, settings)
-            except LedgerUnavailable as exc:
-                stop = ledger_stop(exc, set(in_flight), settings, month)
-                logger.error("no further batch will start in this run: %s", stop)
-            else:
-                starts = [(batch_id, True) for batch_id in to_poll]
-                starts += [(b.batch_id, False) for b in ledger.runnable_batches(month)]
-                for batch_id, resume in starts:
-                    if room <= 0:
-                        break
-                    if batch_id in in_flight or batch_id in crashed:
-                        continue
-                    lanes.start(batch_id, resume=resume)
-                    in_flight.add(batch_id)
-                    if settings.max_cost is not None and not resume:
-                        # R9 under a budget: the next batch starts only once this one has
-                        # passed its budget check, so that one held back is never overtaken
-                        # by a later one that happens to fit.
-                        unconfirmed.add(batch_id)
-                        break
-                    if resume:
-                        to_poll.remove(batch_id)
-                    room -= 1
+    def run(self) -> str | None:
+        while True:
+            self.start_what_may_start()
+            if self.progressed and self.on_progress is not None:
+                self.on_progress()  # after the next batches are on their way, not before
+            self.progressed = False
+            if self.runs.in_flight:
+                self.take_back(self.runs.wait_ended(timeout=self.patience()))
+                continue
+            if (end := self.when_nothing_in_flight()) is not None:
+                return end.why_stopped
 
-        lanes.release_idle()  # no next batch for them: their slots go back at once
-        if progressed and on_progress is not None:
-            on_progress()  # after the next batches are on their way, not before
-        progressed = False
+    def start_what_may_start(self) -> None:
+        phase = self.phase
+        if isinstance(phase, WaitingForProbe) and time.monotonic() >= phase.until:
+            self.phase = phase = Sending()
+        if isinstance(phase, Sending) and phase.checking is not None:
+            if self.ledger.still_queued({phase.checking}):
+                return
+            self.phase = phase = replace(phase, checking=None)
+        if not isinstance(phase, Sending):
+            return
+        room = window(self.breaker_level(), self.settings.max_in_flight) - len(self.runs.in_flight)
+        if room <= 0:
+            return
+        try:
+            plan_due_work(self.ledger, self.month, self.settings)
+            starts = [(batch_id, True) for batch_id in self.to_poll]
+            starts += [(b.batch_id, False) for b in self.ledger.runnable_batches(self.month)]
+        except LedgerUnavailable as exc:
+            self.stop(ledger_stop(exc, set(self.runs.in_flight), self.settings, self.month))
+            return
+        for batch_id, resume in starts:
+            if room <= 0:
+                break
+            if batch_id in self.runs.in_flight or batch_id in self.crashed:
+                continue
+            self.runs.start(batch_id, resume=resume)
+            if resume:
+                self.to_poll.remove(batch_id)
+            elif self.settings.max_cost is not None:
+                self.phase = replace(phase, checking=batch_id)
+                break
+            room -= 1
 
-        if not in_flight:
-            if stop is not None:
-                return stop
-            if over_budget is not None and not budget_rechecked:
+    def patience(self) -> float:
+        """How long to wait for the next end before looking at the ledger again."""
+        checking = isinstance(self.phase, Sending) and self.phase.checking is not None
+        return MIN_NAP_SECONDS if checking else MAX_NAP_SECONDS
+
+    def take_back(self, ended: list[Ended]) -> None:
+        for end in ended:
+            self.take(end)
+            phase = self.phase
+            if isinstance(phase, Sending) and phase.checking == end.batch_id:
+                self.phase = replace(phase, checking=None)
+        self.progressed = self.progressed or bool(ended)
+
+    def take(self, end: Ended) -> None:
+        phase = self.phase
+        match end:
+            case Crashed(batch_id, error):
+                self.logger.error("batch %s crashed: %s: %s", batch_id, type(error).__name__, error)
+                self.crashed.add(batch_id)
+            case HeldByBreaker():
+                if isinstance(phase, Sending):
+                    self.phase = WaitingForProbe(until=time.monotonic() + HELD_NAP_SECONDS)
+            case OverBudget(why=why):
+                if not isinstance(phase, HeldByBudget | Stopping):
+                    again = isinstance(phase, Sending) and phase.budget_looked_again
+                    self.phase = HeldByBudget(why, looked_again=again)
+            case LedgerFailed(batch_id=batch_id):
+                flying = {batch_id, *self.runs.in_flight}
+                self.stop(ledger_stop(end.error, flying, self.settings, self.month))
+            case StopsRun(what_to_do=what_to_do):
+                self.stop(what_to_do)
+            case Settled():
+                if isinstance(phase, Sending) and phase.budget_looked_again:
+                    self.phase = replace(phase, budget_looked_again=False)
+
+    def stop(self, why: str) -> None:
+        if not isinstance(self.phase, Stopping):
+            self.phase = Stopping(why)
+            self.logger.error("no further batch will start in this run: %s", why)
+
+    def when_nothing_in_flight(self) -> Finished | None:
+        """Everything sent has come back: ask, nap, or end. None: go on sending."""
+        match self.phase:
+            case Stopping(why=why):
+                return Finished(why)
+            case HeldByBudget(looked_again=False):
                 # Held while others were in flight, counted at their estimates: now that they
                 # are settled at their real cost, look again before asking anyone.
-                over_budget, budget_rechecked = None, True
-                continue
-            if over_budget is not None:
-                lanes.settle()  # a paused run holds no slot
-                try:
-                    answer = ask_about_budget(ledger, month, settings, over_budget)
-                    over_budget, budget_rechecked = None, False
-                    if answer is not Answer.CONTINUE:
-                        ledger.replan_unsent(month)  # not sent: back to pending, uncharged
-                        return f"the month's budget would be crossed and {said(answer)}."
-                except LedgerUnavailable as exc:
-                    return ledger_stop(exc, set(), settings, month)
-                continue
-            if level is BreakerLevel.OPEN and (to_poll or work_left(ledger, month, crashed)):
-                # Everything sent has come back (R20): now a person decides (R19).
-                lanes.settle()
-                try:
-                    answer = ask_to_continue(ledger, month, settings)
-                except LedgerUnavailable as exc:
-                    return ledger_stop(exc, set(), settings, month)
-                if answer is not Answer.CONTINUE:
-                    return breaker_stop(upstream, month, answer)
-                continue
-            wake = ledger.next_wake(month, skip=crashed)
-            if wake is None and not to_poll:
-                if crashed:  # not a clean end: say so, so the run is not marked a success
-                    return (
-                        f"batches {', '.join(sorted(crashed))} crashed (see the log); their "
-                        "posts wait for the next run"
-                    )
+                self.phase = Sending(budget_looked_again=True)
                 return None
-            wake = wake or utcnow()
-            nap = max((wake - utcnow()).total_seconds(), quiet_until - time.monotonic(), 0.01)
-            time.sleep(min(MAX_NAP_SECONDS, nap))
-            continue
+            case HeldByBudget(why=why):
+                return self.ask(
+                    lambda: ask_about_budget(self.ledger, self.month, self.settings, why),
+                    budget_stop,
+                )
+        if self.breaker_level() is BreakerLevel.OPEN and (
+            self.to_poll or work_left(self.ledger, self.month, self.crashed)
+        ):
+            # Everything sent has come back (R37): now a person decides (R19).
+            return self.ask(
+                lambda: ask_to_continue(self.ledger, self.month, self.settings),
+                lambda answer: breaker_stop(self.upstream, self.month, answer),
+            )
+        wake = self.ledger.next_wake(self.month, skip=self.crashed)
+        if wake is None and not self.to_poll:
+            if self.crashed:  # not a clean end: say so, so the run is not marked a success
+                return Finished(
+                    f"batches {', '.join(sorted(self.crashed))} crashed (see the log); their "
+                    "posts wait for the next run"
+                )
+            return Finished(None)
+        self.nap(wake)
+        return None
 
-        # After a nap with nothing back, posts whose wait is over may be planned.
-        ended = lanes.wait_ended(timeout=CONFIRM_NAP_SECONDS if unconfirmed else MAX_NAP_SECONDS)
-        for end in ended:
-            batch_id = end.batch_id
-            in_flight.discard(batch_id)
-            if end.outcome is None:  # R17: one broken batch must not stop the others
-                error = end.error
-                logger.error("batch %s crashed: %s: %s", batch_id, type(error).__name__, error)
-                crashed.add(batch_id)
-                continue
-            outcome = end.outcome
-            if outcome.held:
-                quiet_until = time.monotonic() + HELD_NAP_SECONDS
-            if outcome.over_budget and over_budget is None:
-                over_budget = outcome.over_budget
-            elif not outcome.over_budget and not outcome.held:
-                budget_rechecked = False
-            if outcome.ledger_failure and stop is None:
-                stop = ledger_stop(outcome.ledger_failure, {batch_id, *in_flight}, settings, month)
-                logger.error("no further batch will start in this run: %s", stop)
-            if outcome.stop_run and stop is None:
-                stop = outcome.stop_run
-                logger.error("no further batch will start in this run: %s", stop)
-        progressed = bool(ended)
+    def ask(
+        self, question: Callable[[], Answer], stopped: Callable[[Answer], str]
+    ) -> Finished | None:
+        """Pause for a person (nothing in flight, no slot held); go on only on a continue."""
+        try:
+            answer = question()
+            if answer is Answer.CONTINUE:
+                self.phase = Sending()
+                return None
+            if isinstance(self.phase, HeldByBudget):
+                self.ledger.replan_unsent(self.month)  # not sent: back to pending, uncharged
+        except LedgerUnavailable as exc:
+            return Finished(ledger_stop(exc, set(), self.settings, self.month))
+        return Finished(stopped(answer))
+
+    def nap(self, wake: datetime | None) -> None:
+        """Wait for the next post's wait to be over, or for a probe's hold to pass."""
+        seconds = (wake - utcnow()).total_seconds() if wake is not None else 0.0
+        if isinstance(self.phase, WaitingForProbe):
+            seconds = max(seconds, self.phase.until - time.monotonic())
+        time.sleep(min(MAX_NAP_SECONDS, max(seconds, MIN_NAP_SECONDS)))
+
+    def breaker_level(self) -> BreakerLevel:
+        return self.ledger.approvals.breaker(self.upstream).level
 
 
 def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
@@ -213,6 +295,10 @@ def ledger_stop(
         f"{settings.spill_file(month)}, which the next run imports first. Fix the database, "
         "then run again."
     )
+
+
+def budget_stop(answer: Answer) -> str:
+    return f"the month's budget would be crossed and {said(answer)}."
 
 
 def said(answer: Answer) -> str:

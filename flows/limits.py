@@ -6,7 +6,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.exceptions import ObjectNotFound
 
-from tasks.lanes import BATCH_TAG
+from tasks.batch import BATCH_TAG
 
 DEFAULT_TAG_LIMIT = 2
 

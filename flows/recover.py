@@ -1,7 +1,7 @@
 """Batches an earlier run sent but never saw answered (R22-R24): nothing is polled or sent again
 until a person said yes — up front (`postledger run --poll --resubmit`), ahead of the run
 (`postledger approve` with no run waiting), or in the form of this run, paused once after the
-safe work is done. No answer leaves them waiting, charged nothing.
+safe work is done (R47). No answer leaves them waiting, charged nothing.
 """
 
 from __future__ import annotations

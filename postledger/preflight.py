@@ -1,6 +1,6 @@
 """What is checked before a run marks anything `running`: the upstream, its key, the price a
 budget needs, and where the spill files go. A configuration error found here touches nothing
-and ends the run with the fix; found later, it would leave paid-looking batches behind."""
+and ends the run with the fix; found later, it would leave paid-looking batches behind (R33)."""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     )
     rate_limit_max_wait: float = Field(default=600.0, ge=0, description="cap on Retry-After")
 
-    # --- money (integers in micro-units: 1 000 000 = one unit of the currency) ---
+    # --- money (R51, R52; integers in micro-units: 1 000 000 = one unit of the currency) ---
     prices: dict[str, Price] = Field(
         default_factory=lambda: dict(DEFAULT_PRICES),
         description='per model, per million tokens, e.g. {"m": {"input": 150000, "output": '
@@ -199,7 +199,7 @@ class Settings(BaseSettings):
         return self.prices.get(self.model)
 
     def breaker_name(self) -> str:
-        """The key of the upstream's breaker: the same for every run against it (R19)."""
+        """The key of the upstream's breaker: the same for every run against it (R18)."""
         if self.upstream_name:
             return self.upstream_name
         if not self.upstream_url:
@@ -208,7 +208,7 @@ class Settings(BaseSettings):
         return f"{parsed.hostname}:{parsed.port}" if parsed.port else str(parsed.hostname)
 
     def resolved_spill_path(self) -> Path:
-        """R20: where the append-only spill files live (one per month, `spill_file`)."""
+        """R20, R46: where the append-only spill files live (one per month, `spill_file`)."""
         if self.spill_path:
             return self.spill_path
         url = make_url(self.resolved_database_url(create_folder=False))

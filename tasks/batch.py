@@ -1,11 +1,14 @@
-"""One batch's whole life, run inside a lane that holds an `ai-batch` slot (R8,
-`tasks/lanes.py`).
+"""One batch's whole life as one `process-batch` task run, tagged `ai-batch`: the tag's slot
+covers create, wait, check and save (R8), and the task run's final state says what happened to
+the batch (`tasks/outcome.py`).
 
 queued -> running (persisted before paying, R3) -> upstream task id saved -> raw output saved as
 received (R4) -> checked -> the business decision applied. Every step is written to the ledger
 before the next one starts, so a crash anywhere leaves a record to recover from. A ledger
 write that fails on the way stops new batches (R20); what the batch already paid for is kept
 in the spill file, and if even that cannot be written the run stops loudly with the facts.
+The create and wait calls are nested one-call task runs with the request retries (R10, R16);
+this task has no Prefect retries: business retries are the ledger's.
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ from dataclasses import dataclass
 from logging import Logger, LoggerAdapter
 from typing import Any
 
-from prefect import get_run_logger
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State
 
 from postledger.failures.classify import failure_of
-from postledger.failures.policy import Decision, Failure, after_failure
+from postledger.failures.policy import Failure, after_failure
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.charges import BudgetHeld
 from postledger.guards.spill import SpillFailed, SpillKind, spill_for
 from postledger.ledger import Ledger, open_ledger
 from postledger.record.crash import CrashPoint, crash_point
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchRecord, BatchStatus, FailureKind, utcnow
+from postledger.record.models import BatchRecord, BatchStatus, utcnow
 from postledger.record.month_lease import MonthLost
 from postledger.record.reads import LedgerError
 from postledger.recovery.interrupted import finish_from_output
@@ -32,6 +37,15 @@ from postledger.settings import Settings, current_settings
 from postledger.upstreams import UpstreamNotConfigured, can_list, check_configured
 from postledger.upstreams.calls import TaskSnapshot
 from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
+from tasks.outcome import (
+    BatchOutcome,
+    HeldByBreaker,
+    LedgerFailed,
+    OverBudget,
+    StopsRun,
+    final_state,
+    outcome_of,
+)
 from tasks.upstream_calls import (
     create_upstream_task,
     find_upstream_task,
@@ -41,28 +55,7 @@ from tasks.upstream_calls import (
 
 RunLogger = Logger | LoggerAdapter[Any]
 
-
-@dataclass(frozen=True)
-class BatchOutcome:
-    batch_id: str
-    status: BatchStatus
-    why: str
-    kind: FailureKind | None = None
-    stop_run: str | None = None  # R14: what a person must fix before anything else is sent
-    held: bool = False  # the breaker did not let it start: still queued, nothing paid (R18)
-    ledger_failure: str | None = None  # a ledger write failed: nothing new may start (R20)
-    over_budget: str | None = None  # not started: it could cross the month's max_cost
-
-    @classmethod
-    def of(cls, batch_id: str, decision: Decision, ledger_failure: str | None) -> BatchOutcome:
-        return cls(
-            batch_id,
-            decision.batch_to,
-            decision.why,
-            decision.kind,
-            decision.stop_run,
-            ledger_failure=ledger_failure,
-        )
+BATCH_TAG = "ai-batch"
 
 
 @dataclass
@@ -81,13 +74,26 @@ class _Trip:
         return self.batch.batch_id
 
 
+@task(
+    name="process-batch",
+    task_run_name="{batch_id}",
+    tags=[BATCH_TAG],
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
 async def process_batch(
     batch_id: str, ledger_url: str, resume: bool = False, holder: str | None = None
+) -> State[Any]:
+    """Send the batch and see it through. With `resume`, the batch was sent by an earlier,
+    interrupted run and its upstream task id is saved: poll that task, send nothing (R23).
+    `holder`: the run's claim on the month, checked in the transaction that marks the batch
+    running."""
+    return final_state(await _process(batch_id, ledger_url, resume, holder))
+
+
+async def _process(
+    batch_id: str, ledger_url: str, resume: bool, holder: str | None
 ) -> BatchOutcome:
-    """Send the batch and see it through, inside the task run of the lane that holds its slot.
-    With `resume`, the batch was sent by an earlier, interrupted run and its upstream task id
-    is saved: poll that task, send nothing (R23). `holder`: the run's claim on the month,
-    checked in the transaction that marks the batch running."""
     logger = get_run_logger()
     settings = current_settings()
     ledger = open_ledger(ledger_url)
@@ -107,13 +113,13 @@ async def process_batch(
                 max_attempts=settings.max_attempts,
             )
         except (UpstreamNotConfigured, MonthLost) as exc:
-            return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), stop_run=str(exc))
+            return StopsRun(batch_id, BatchStatus.QUEUED, "not sent", str(exc))
         except BreakerHeld as exc:
-            return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), held=True)
+            return HeldByBreaker(batch_id, str(exc))
         except BudgetHeld as exc:
-            return BatchOutcome(batch_id, BatchStatus.QUEUED, str(exc), over_budget=str(exc))
+            return OverBudget(batch_id, str(exc))
         except LedgerUnavailable as exc:  # no record, no call (R20)
-            return BatchOutcome(batch_id, BatchStatus.QUEUED, "not sent", ledger_failure=str(exc))
+            return LedgerFailed(batch_id, BatchStatus.QUEUED, str(exc))
         crash_point(CrashPoint.AFTER_RUNNING)
 
     trip = _Trip(ledger, batch, settings, logger)
@@ -121,10 +127,10 @@ async def process_batch(
         return await _see_through(trip, resume)
     except LedgerUnavailable as exc:
         logger.error("%s: the ledger could not be written: %s", batch_id, exc)
-        return BatchOutcome(batch_id, BatchStatus.RUNNING, "not saved", ledger_failure=str(exc))
+        return LedgerFailed(batch_id, BatchStatus.RUNNING, str(exc))
     except SpillFailed as exc:
         logger.critical("%s: %s", batch_id, exc)
-        return BatchOutcome(batch_id, BatchStatus.RUNNING, str(exc), ledger_failure=str(exc))
+        return LedgerFailed(batch_id, BatchStatus.RUNNING, str(exc))
 
 
 async def _see_through(trip: _Trip, resume: bool) -> BatchOutcome:
@@ -145,7 +151,7 @@ async def _see_through(trip: _Trip, resume: bool) -> BatchOutcome:
             now=utcnow(),
         )
         ledger.apply(batch_id, decision, upstream=settings.breaker_name())
-        return BatchOutcome.of(batch_id, decision, trip.ledger_failure)
+        return outcome_of(batch_id, decision, trip.ledger_failure)
 
     crash_point(CrashPoint.AFTER_OUTPUT)
     assert snapshot.output is not None
@@ -161,16 +167,16 @@ async def _see_through(trip: _Trip, resume: bool) -> BatchOutcome:
             usage=snapshot.usage,
         )
         trip.logger.error("%s: output kept in the spill file: %s", batch_id, exc)
-        return BatchOutcome(batch_id, BatchStatus.RUNNING, "spilled", ledger_failure=str(exc))
+        return LedgerFailed(batch_id, BatchStatus.RUNNING, str(exc))
 
     crash_point(CrashPoint.DURING_VALIDATION)
     try:
         decision = finish_from_output(ledger, batch_id, settings.limits(), settings.breaker_name())
     except LedgerUnavailable as exc:  # the output is saved: the next run validates it (R21)
-        return BatchOutcome(batch_id, BatchStatus.RECEIVED, "saved", ledger_failure=str(exc))
+        return LedgerFailed(batch_id, BatchStatus.RECEIVED, str(exc))
     crash_point(CrashPoint.AFTER_COMPLETED)
     trip.logger.info("%s: %s", batch_id, decision.why)
-    return BatchOutcome.of(batch_id, decision, trip.ledger_failure)
+    return outcome_of(batch_id, decision, trip.ledger_failure)
 
 
 async def _result_of(trip: _Trip, resume: bool) -> tuple[TaskSnapshot, str | None]:

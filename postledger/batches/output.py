@@ -55,7 +55,7 @@ class OutputCheck:
 
 
 def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
-    """Split `raw` into one verdict per post of the batch; never raises on bad output."""
+    """Split `raw` into one verdict per post of the batch; never raises on bad output (R41)."""
     try:
         items = json.loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:

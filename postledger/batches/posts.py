@@ -104,7 +104,7 @@ def changed_parts(old: dict[str, str] | None, new: dict[str, str]) -> str:
 
 
 def load_posts(path: Path) -> list[Post]:
-    """Every post of the file, in file order; raises InputError listing every problem."""
+    """Every post of the file, in file order; raises InputError listing every problem (R32)."""
     source = str(path)
     if not path.is_file():
         raise InputError(

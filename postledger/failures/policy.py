@@ -102,7 +102,8 @@ CONTINUE_HINTS: dict[FailureKind, str | None] = {
 
 
 def attempt_cap(post: PostRecord, limits: Limits) -> int:
-    """The paid attempts this post may have: the limit, plus what a person allowed beyond it."""
+    """The paid attempts this post may have: the limit, plus what a person allowed beyond it
+    (R38)."""
     return limits.max_attempts + post.extra_attempts
 
 
@@ -146,7 +147,7 @@ def _after_output(
 
 
 def _after_unusable(unusable: str, posts: list[PostRecord], limits: Limits) -> Decision:
-    """R12, R15: the whole output was unusable. Posts never split before are split into two
+    """R12, R15, R40: the whole output was unusable. Posts never split before are split into two
     halves, once per lineage (the mark is on the post, so it survives replanning and
     restarts); posts split before, or with no paid attempt left, end here."""
     capped = [p for p in posts if p.attempts >= attempt_cap(p, limits)]
@@ -178,7 +179,7 @@ def _after_unusable(unusable: str, posts: list[PostRecord], limits: Limits) -> D
 
 def uncertain(failure: Failure, why: str, stop_run: str | None = None) -> Decision:
     """The batch's outcome is not known: it stays running, its posts too, until the upstream
-    says what became of it (a poll) or a person decides (a resubmission)."""
+    says what became of it (a poll) or a person decides (a resubmission) (R48)."""
     return Decision(BatchStatus.RUNNING, why, kind=failure.kind, stop_run=stop_run)
 
 

@@ -3,7 +3,7 @@
 Both are global (every month shares an upstream's breaker), so their writes take the breakers'
 lock, not a month's. A person's answer is one transaction: the question is closed and, on
 "continue", the breaker leaves `open` for `probe` (R19) — whether the answer reached a paused
-run or was given while no run waited.
+run or was given while no run waited (R44).
 """
 
 from __future__ import annotations

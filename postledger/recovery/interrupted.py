@@ -170,7 +170,7 @@ class FindsTasks(Protocol):
 
 
 async def adopt_orphans(ledger: Ledger, month: str, upstream: FindsTasks) -> list[str]:
-    """Before anyone is asked to resubmit a batch whose task id was never saved (R24): look
+    """Before anyone is asked to resubmit a batch whose task id was never saved (R24, R49): look
     for the upstream task made under its key (listing never pays). One found is adopted — its
     id saved, an event logged — so recovery polls it (R23) instead of paying again. Returns
     the batches adopted."""

@@ -3,12 +3,12 @@
 It makes exactly one HTTP request per call and turns what happened into a typed result or a
 typed error; deciding what to do about an error is the business layer's job, not this one's.
 The API key travels only in the Authorization header: never in a log line, an exception
-message or the ledger.
+message or the ledger (R53).
 
 Every request carries `x-litellm-num-retries: 0`: a gateway that retries failed calls on its
 own (the LiteLLM proxy does by default) would otherwise send a paid request again behind our
 back. A gateway's report of retries it made anyway (`x-litellm-attempted-retries`) is read
-into `Created.gateway_retries` and into the raised error's `gateway_retries`.
+into `Created.gateway_retries` and into the raised error's `gateway_retries` (R42).
 """
 
 from __future__ import annotations

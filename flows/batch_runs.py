@@ -1,0 +1,87 @@
+"""The month's `process-batch` task runs in flight, and their ends in the order they come (R9).
+
+Each batch is one task run under the `ai-batch` tag; Prefect gives its slot back in the task
+engine before the run's future resolves, so when the flow hears of an end the slot is free and
+the next batch takes it without waiting on the tag. The flow learns of ends from done-callbacks
+rather than by reading each future's state (a read of an unfinished future is an API call).
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from prefect.futures import PrefectFuture
+
+from tasks.batch import process_batch
+from tasks.outcome import BatchOutcome, HeldByBreaker, LedgerFailed, OverBudget, Settled, StopsRun
+
+# How long leaving waits for task runs still in flight.
+SETTLE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """The task run broke without an outcome (see its log): one broken batch must not stop
+    the others (R17), and it is not started again in this run."""
+
+    batch_id: str
+    error: BaseException
+
+
+Ended = BatchOutcome | Crashed
+
+
+class BatchRuns:
+    """Start a batch's task run; take back the ends of those in flight."""
+
+    def __init__(self, ledger_url: str, holder: str | None = None) -> None:
+        self._ledger_url = ledger_url
+        self._holder = holder  # the run's claim on its month, checked as each batch starts
+        self._ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.in_flight: dict[str, PrefectFuture[Any]] = {}
+
+    def __enter__(self) -> BatchRuns:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if kind is None:
+            for future in self.in_flight.values():
+                future.wait(timeout=SETTLE_SECONDS)
+
+    def start(self, batch_id: str, *, resume: bool = False) -> None:
+        """`resume`: the batch was sent by an interrupted run; poll its saved task (R23)."""
+        future = process_batch.submit(
+            batch_id, self._ledger_url, resume=resume, holder=self._holder
+        )
+        self.in_flight[batch_id] = future
+        future.add_done_callback(lambda _future: self._ended.put(batch_id))
+
+    def wait_ended(self, timeout: float) -> list[Ended]:
+        """The batches that ended, waiting up to `timeout` seconds for the first."""
+        try:
+            ended = [self._ended.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while not self._ended.empty():
+            ended.append(self._ended.get_nowait())
+        return [_outcome_of(batch_id, self.in_flight.pop(batch_id)) for batch_id in ended]
+
+
+_OUTCOMES = (Settled, StopsRun, HeldByBreaker, OverBudget, LedgerFailed)
+
+
+def _outcome_of(batch_id: str, future: PrefectFuture[Any]) -> Ended:
+    try:
+        result = future.result(raise_on_failure=False)
+    except BaseException as exc:  # the run itself broke (crashed, cancelled from outside)
+        return Crashed(batch_id, exc)
+    if isinstance(result, _OUTCOMES):
+        return result
+    if isinstance(result, BaseException):
+        return Crashed(batch_id, result)
+    return Crashed(batch_id, RuntimeError(f"its task run ended without an outcome: {result!r}"))
