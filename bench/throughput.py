@@ -2,7 +2,9 @@
 
 Runs the real monthly flow (Prefect's local mode, a SQLite ledger, the simulator over loopback)
 and compares the time from the first batch's start to the last batch's end, as the ledger
-recorded them, with the ideal ceil(B / 2) · L of two batches always in flight.
+recorded them, with the ideal ceil(B / 2) · L of two batches always in flight. Then, against
+the same Prefect server, Prefect's own way: `task.map` of B tasks under the same `ai-batch`
+tag limit, each sleeping L (no ledger, no upstream: the tag's hand-off alone).
 
     uv run python bench/throughput.py --batches 40 --latency 1 --repeat 3
 
@@ -41,6 +43,9 @@ def main() -> int:
     parser.add_argument("--ledger-url", help="the ledger's database URL (default: SQLite)")
     parser.add_argument(
         "--breakdown", action="store_true", help="print where each batch cycle's time went"
+    )
+    parser.add_argument(
+        "--no-map", action="store_true", help="skip the comparison with Prefect's task.map"
     )
     args = parser.parse_args()
 
@@ -87,11 +92,21 @@ def main() -> int:
                 f"{ideal / wall:6.1%}); whole flow incl. Prefect start-up {total:6.2f} s",
                 flush=True,
             )
-    median = statistics.median(w for w, _ in rows)
-    print(
-        f"median utilization over {len(rows)} runs: {ideal / median:.1%} "
-        f"(B={args.batches}, L={args.latency:g} s)"
-    )
+        median = statistics.median(w for w, _ in rows)
+        print(
+            f"median utilization over {len(rows)} runs: {ideal / median:.1%} "
+            f"(B={args.batches}, L={args.latency:g} s)",
+            flush=True,
+        )
+        if not args.no_map:
+            from map_baseline import measure_task_map
+
+            span, gaps = measure_task_map(args.batches, args.latency)
+            print(
+                f"task.map + ai-batch tag: span {span:6.2f} s (utilization {ideal / span:6.1%}); "
+                f"end -> next start median {statistics.median(gaps) * 1000:6.1f} ms",
+                flush=True,
+            )
     return 0
 
 
