@@ -1,5 +1,6 @@
-"""The monthly flow: read the month's posts, make the ledger know them, plan batches, and run
-them through the batch task, at most `max_in_flight` at once, until nothing is left to do.
+"""The monthly flow: read the month's posts, import what an earlier run left, make the ledger
+know the posts, finish saved outputs, ask what needs a yes, run the month's batches within the
+window (one `process-batch` task run each), and summarise.
 
 Every decision is made from the ledger, so running this flow again for the same month picks up
 where the last run stopped instead of starting over.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -100,102 +102,146 @@ def _monthly_posts(
 
     ledger_url = settings.resolved_database_url()
     ledger = open_ledger(ledger_url)
-    holder = str(flow_run.id or uuid.uuid4())
+    run = MonthRun(ledger, ledger_url, month, settings, str(flow_run.id or uuid.uuid4()))
     try:
-        with ledger.leases.holding(month, holder):
-            return process_month(
-                ledger, ledger_url, month, posts, path, settings, poll, resubmit, holder
-            )
+        with ledger.leases.holding(month, run.holder):
+            return process_month(run, posts, path, poll, resubmit)
     except MonthBusy as exc:
         raise RunStopped(f"{month}: nothing was done: {exc}") from None
     except LedgerUnavailable as exc:
         raise RunStopped(f"{month}: nothing was sent: {exc}") from None
 
 
+@dataclass(frozen=True)
+class MonthRun:
+    """This run's hold on one month: what every step of it needs."""
+
+    ledger: Ledger
+    ledger_url: str
+    month: str
+    settings: Settings
+    holder: str  # this run's claim on the month, checked as each batch starts
+
+
 def process_month(
-    ledger: Ledger,
-    ledger_url: str,
-    month: str,
-    posts: list[Post],
-    path: Path,
-    settings: Settings,
-    poll: bool | None,
-    resubmit: bool | None,
-    holder: str,
+    run: MonthRun, posts: list[Post], path: Path, poll: bool | None, resubmit: bool | None
 ) -> dict[str, Any]:
-    """The month's work, while this run holds the month."""
-    logger = get_run_logger()
+    """The month's work, in the order of the rules: what an earlier run left first, then the
+    safe work, then one question about what needs a yes, then the month's batches."""
     try:
-        # What an earlier run paid for but could not write comes first (R20).
-        # One file per month; the one file of earlier versions holds every month's.
-        for spill in (Spill(settings.spill_file(month)), Spill(settings.resolved_spill_path())):
-            if taken := import_spill(ledger, spill, settings.price()):
-                logger.warning(
-                    "imported %d records from %s, left by an earlier run", taken, spill.path
-                )
-        synced = ledger.sync_posts(month, posts, model=settings.model, prompt=settings.prompt)
-        if closed := ledger.close_emptied(month):
-            logger.info("closed %d sent batches whose posts all changed since", len(closed))
-        # Safe work first: saved outputs are finished without calling the AI (R21).
-        if finished := finish_saved_outputs(ledger, month, settings.limits()):
-            logger.info("finished %d batches from their saved outputs", len(finished))
-        if can_list(settings):  # before anyone is asked to resubmit (R24): free to look
-            adopt = with_request_retries(adopt_orphaned_tasks, settings)
-            try:
-                if adopted := adopt.submit(month, ledger_url).result():
-                    logger.warning("adopted the upstream tasks of interrupted batches: %s", adopted)
-            except UpstreamError as exc:  # nothing adopted: recovery asks as it would anyway
-                logger.warning("could not look for orphaned upstream tasks: %s", exc)
-        plan = recovery_plan(ledger, month, settings)
-        answer = answer_given_before(ledger, month, plan, settings, poll=poll, resubmit=resubmit)
-        polls = carry_out(ledger, plan, answer, settings) if answer else []
-        ledger.replan_unsent(month)
+        import_what_was_left(run)
+        know_the_posts(run, posts, path)
+        finish_saved_outputs_first(run)
+        adopt_orphans(run)
+        recovery = recovery_plan(run.ledger, run.month, run.settings)
+        answer = answer_given_before(
+            run.ledger, run.month, recovery, run.settings, poll=poll, resubmit=resubmit
+        )
+        polls = carry_out(run.ledger, recovery, answer, run.settings) if answer else []
+        run.ledger.replan_unsent(run.month)
     except LedgerUnavailable as exc:
-        raise RunStopped(f"{month}: nothing was sent: {exc}") from None
+        raise RunStopped(f"{run.month}: nothing was sent: {exc}") from None
+
+    make_room_for_batches()
+    artifacts = MonthArtifacts(run.ledger, run.month)
+    artifacts.update(force=True)
+    try:
+        stopped = run_batches(run, polls, artifacts)
+        if stopped is None and answer is None and recovery.needs_yes:
+            # Asked once, after everything safe is done (R22–R24, R47).
+            answer = ask_about_interrupted(run.ledger, run.month, recovery, run.settings)
+            if answer is not None:
+                polls = carry_out(run.ledger, recovery, answer, run.settings)
+                stopped = run_batches(run, polls, artifacts)
+    except LedgerUnavailable as exc:
+        raise RunStopped(f"{run.month}: stopped, nothing more was sent: {exc}") from None
+    finally:
+        artifacts.finish()
+    say_what_is_uncertain(run)
+    if stopped:
+        raise RunStopped(f"{run.month}: stopped, nothing more was sent. {stopped}")
+    return month_summary(run.ledger, run.month)
+
+
+def import_what_was_left(run: MonthRun) -> None:
+    """What an earlier run paid for but could not write comes first (R20, R46). One file per
+    month; the one file of earlier versions holds every month's."""
+    settings = run.settings
+    for spill in (Spill(settings.spill_file(run.month)), Spill(settings.resolved_spill_path())):
+        if taken := import_spill(run.ledger, spill, settings.price()):
+            get_run_logger().warning(
+                "imported %d records from %s, left by an earlier run", taken, spill.path
+            )
+
+
+def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
+    """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25)."""
+    logger = get_run_logger()
+    settings = run.settings
+    synced = run.ledger.sync_posts(run.month, posts, model=settings.model, prompt=settings.prompt)
+    if closed := run.ledger.close_emptied(run.month):
+        logger.info("closed %d sent batches whose posts all changed since", len(closed))
     logger.info(
         "%s: %d posts in %s (%d new, %d unchanged, %d changed)",
-        month,
+        run.month,
         len(posts),
         path,
         synced.new,
         synced.unchanged,
         synced.changed,
     )
+
+
+def finish_saved_outputs_first(run: MonthRun) -> None:
+    """Safe work first: saved outputs are finished without calling the AI (R21)."""
+    if finished := finish_saved_outputs(run.ledger, run.month, run.settings.limits()):
+        get_run_logger().info("finished %d batches from their saved outputs", len(finished))
+
+
+def adopt_orphans(run: MonthRun) -> None:
+    """Upstream tasks that interrupted batches made are found by their metadata and adopted,
+    before anyone is asked to resubmit: looking is free (R49)."""
+    if not can_list(run.settings):
+        return
+    adopt = with_request_retries(adopt_orphaned_tasks, run.settings)
+    try:
+        if adopted := adopt.submit(run.month, run.ledger_url).result():
+            get_run_logger().warning(
+                "adopted the upstream tasks of interrupted batches: %s", adopted
+            )
+    except UpstreamError as exc:  # nothing adopted: recovery asks as it would anyway
+        get_run_logger().warning("could not look for orphaned upstream tasks: %s", exc)
+
+
+def make_room_for_batches() -> None:
+    """The tag limit exists, and no slot is held by a run that is gone."""
     ensure_tag_limit()
     if os.environ.get(LOCAL_SERVER_FLAG):
         # Our local server runs no lease reaper: slots of a killed run would stay taken, and
         # this run would wait for them forever. (A full Prefect server reaps them itself.)
         for line in free_stale_slots():
-            logger.warning("%s", line)
+            get_run_logger().warning("%s", line)
 
-    artifacts = MonthArtifacts(ledger, month)
-    artifacts.update(force=True)
 
-    def run_batches(polls: list[str]) -> str | None:
-        return run_until_done(
-            ledger,
-            month,
-            ledger_url,
-            settings,
-            polls=polls,
-            on_progress=artifacts.update,
-            holder=holder,
-        )
+def run_batches(run: MonthRun, polls: list[str], artifacts: MonthArtifacts) -> str | None:
+    """The month's batches within the window, until nothing is left to do; why it stopped
+    early, if it did."""
+    return run_until_done(
+        run.ledger,
+        run.month,
+        run.ledger_url,
+        run.settings,
+        polls=polls,
+        on_progress=artifacts.update,
+        holder=run.holder,
+    )
 
-    try:
-        stopped = run_batches(polls)
-        if stopped is None and answer is None and plan.needs_yes:
-            # R22-R24: asked once, after everything safe is done.
-            try:
-                answer = ask_about_interrupted(ledger, month, plan, settings)
-            except LedgerUnavailable as exc:
-                raise RunStopped(f"{month}: stopped, nothing more was sent: {exc}") from None
-            if answer is not None:
-                stopped = run_batches(carry_out(ledger, plan, answer, settings))
-    finally:
-        artifacts.finish()
-    if uncertain := [b.batch_id for b in ledger.batches(month, BatchStatus.RUNNING)]:
-        logger.warning(
+
+def say_what_is_uncertain(run: MonthRun) -> None:
+    """Sent batches whose outcome is not known are never final: say so, with what to do."""
+    month = run.month
+    if uncertain := [b.batch_id for b in run.ledger.batches(month, BatchStatus.RUNNING)]:
+        get_run_logger().warning(
             "%s: %d batches were sent but their outcome is not known yet (%s). Nothing of "
             "them is lost or sent again by itself: `postledger plan --month %s` shows them; the "
             "next run polls those with a task id when given --poll, and sends the others again "
@@ -205,10 +251,6 @@ def process_month(
             ", ".join(uncertain[:10]) + (" …" if len(uncertain) > 10 else ""),
             month,
         )
-    summary = month_summary(ledger, month)
-    if stopped:
-        raise RunStopped(f"{month}: stopped, nothing more was sent. {stopped}")
-    return summary
 
 
 def month_summary(ledger: Ledger, month: str) -> dict[str, Any]:
