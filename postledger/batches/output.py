@@ -58,7 +58,9 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
     """Split `raw` into one verdict per post of the batch; never raises on bad output (R41)."""
     try:
         items = json.loads(raw)
-    except (json.JSONDecodeError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
+        # ValueError covers json's own errors and an integer too long to convert;
+        # RecursionError, arrays nested deeper than the interpreter goes.
         items = _complete_items(raw) if isinstance(raw, str) else None
         if not items:
             return OutputCheck(unusable=f"the output is not JSON ({exc})")
@@ -114,7 +116,7 @@ def _complete_items(raw: str) -> list[Any] | None:
             position += 1
         try:
             item, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return items or None
         if not isinstance(item, dict):
             return None

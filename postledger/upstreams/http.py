@@ -287,6 +287,25 @@ class HttpUpstream:
         return text
 
 
+def accepted_body(response: httpx.Response) -> dict[str, Any]:
+    """The body of a 2xx answer to a call that makes paid work. One that cannot be read is a
+    lost answer, not a failure: the work may have been made and charged, so it is raised as a
+    transport error that may have reached the upstream, never sent again without a key."""
+    try:
+        return json_body(response)
+    except UpstreamError as exc:
+        raise lost_answer(response, str(exc)) from None
+
+
+def lost_answer(response: httpx.Response, what: str) -> TransportError:
+    return TransportError(
+        f"{what}: the work may have been made (and charged) upstream",
+        maybe_sent=True,
+        status=response.status_code,
+        gateway_retries=gateway_retries_of(response.headers),
+    )
+
+
 def json_body(response: httpx.Response) -> dict[str, Any]:
     try:
         data = response.json()

@@ -28,7 +28,13 @@ from typing import Any
 
 from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
 from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
-from postledger.upstreams.http import HttpUpstream, gateway_retries_of, json_body
+from postledger.upstreams.http import (
+    HttpUpstream,
+    accepted_body,
+    gateway_retries_of,
+    json_body,
+    lost_answer,
+)
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 BATCH_KEY = "postledger_batch"
@@ -128,6 +134,9 @@ class OpenAIBatchClient(HttpUpstream):
                     "metadata": metadata_of(batch_id, key),
                 },
             )
+            made = accepted_body(response)
+            if not isinstance(made.get("id"), str) or not made["id"]:
+                raise lost_answer(response, "the upstream made the batch but sent no id")
         except TransportError as exc:
             if not exc.maybe_sent:
                 raise
@@ -137,11 +146,7 @@ class OpenAIBatchClient(HttpUpstream):
                 status=exc.http_status,
                 gateway_retries=exc.gateway_retries,
             ) from None
-        made = json_body(response)
-        return Created(
-            _text(made.get("id"), "the upstream made the batch but sent no id"),
-            gateway_retries=gateway_retries_of(response.headers),
-        )
+        return Created(str(made["id"]), gateway_retries=gateway_retries_of(response.headers))
 
     async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
         """Look through the most recent upstream batches (newest first, paging with `after`)

@@ -20,7 +20,7 @@ from typing import Any
 
 from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
 from postledger.upstreams.errors import UpstreamError
-from postledger.upstreams.http import HttpUpstream, gateway_retries_of, json_body
+from postledger.upstreams.http import HttpUpstream, accepted_body, gateway_retries_of
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 
@@ -38,7 +38,7 @@ class OpenAIChatClient(HttpUpstream):
         """Send the batch as one chat completion and return its answer (paid)."""
         body = chat_body(request.model, request.prompt, request.posts, self.json_schema)
         response = await self._send("POST", "/chat/completions", json=body)
-        content, usage, error = completion_result(json_body(response))
+        content, usage, error = completion_result(accepted_body(response))
         status = TaskStatus.SUCCEEDED if content is not None else TaskStatus.FAILED
         return Created(
             None,

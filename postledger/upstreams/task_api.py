@@ -18,8 +18,10 @@ from postledger.upstreams.errors import (
 )
 from postledger.upstreams.http import (
     HttpUpstream,
+    accepted_body,
     gateway_retries_of,
     json_body,
+    lost_answer,
 )
 
 
@@ -53,9 +55,9 @@ class TaskApiClient(HttpUpstream):
         response = await self._send(
             "POST", "/v1/tasks", json=body, headers={"Idempotency-Key": idempotency_key}
         )
-        task_id = json_body(response).get("task_id")
+        task_id = accepted_body(response).get("task_id")
         if not isinstance(task_id, str) or not task_id:
-            raise UpstreamError("the upstream accepted the task but sent no task_id")
+            raise lost_answer(response, "the upstream accepted the task but sent no task_id")
         return Created(task_id, gateway_retries=gateway_retries_of(response.headers))
 
     async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:

@@ -1,0 +1,118 @@
+"""Fingerprints of a post's input (`postledger/batches/posts.py`): what a result depends on, so
+that a changed input is recognised as new work.
+
+Rules proved: R25 (a change of text, model, prompt or output schema is new work: it changes the
+fingerprint, and the changed part can be named; the same input always gives the same
+fingerprint, so an unchanged post's result is reused), R2 (a fingerprint fits the ledger's
+record of the post).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from postledger.batches.output import SCHEMA_VERSION
+from postledger.batches.posts import changed_parts, fingerprint, input_parts, legacy_fingerprint
+
+# Examples are cheap; no deadline and no example database: the machine is shared, and
+# nothing is written outside the test run.
+QUICK = settings(
+    max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+TEXT, MODEL, PROMPT = "The app crashes when I upload a photo.", "sim-analyst-1", "Analyse it."
+
+
+def test_the_same_input_gives_the_same_fingerprint() -> None:
+    assert fingerprint(TEXT, MODEL, PROMPT) == fingerprint(TEXT, MODEL, PROMPT)
+    assert input_parts(TEXT, MODEL, PROMPT) == input_parts(TEXT, MODEL, PROMPT)
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "prompt", "changed"),
+    [
+        (TEXT + "!", MODEL, PROMPT, "text"),
+        (TEXT + " ", MODEL, PROMPT, "text"),  # no normalising: any change is a change
+        (TEXT.lower(), MODEL, PROMPT, "text"),
+        (TEXT, "sim-analyst-2", PROMPT, "model"),
+        (TEXT, MODEL, PROMPT + " Be brief.", "prompt"),
+        (TEXT + ".", MODEL, PROMPT + ".", "text, prompt"),
+        (TEXT + ".", "other", PROMPT + ".", "text, model, prompt"),
+    ],
+)
+def test_a_change_of_text_model_or_prompt_changes_the_fingerprint_and_is_named(
+    text: str, model: str, prompt: str, changed: str
+) -> None:
+    assert fingerprint(text, model, prompt) != fingerprint(TEXT, MODEL, PROMPT)
+    old = input_parts(TEXT, MODEL, PROMPT)
+    assert changed_parts(old, input_parts(text, model, prompt)) == changed
+
+
+def test_the_output_schema_version_is_part_of_the_fingerprint() -> None:
+    parts = input_parts(TEXT, MODEL, PROMPT)
+    assert parts["schema"] == SCHEMA_VERSION
+    older = {**parts, "schema": "0"}
+    assert changed_parts(older, parts) == "schema"
+
+
+def test_the_parts_keep_the_model_and_digests_of_the_text_and_prompt_not_the_texts() -> None:
+    parts = input_parts(TEXT, MODEL, PROMPT)
+    assert set(parts) == {"text", "model", "prompt", "schema"}
+    assert parts["model"] == MODEL
+    assert TEXT not in parts.values() and PROMPT not in parts.values()
+
+
+def test_a_record_without_parts_can_only_say_that_something_changed() -> None:
+    assert changed_parts(None, input_parts(TEXT, MODEL, PROMPT)) == "text, model, prompt or schema"
+    assert changed_parts({}, input_parts(TEXT, MODEL, PROMPT)) == "text, model, prompt or schema"
+
+
+def test_equal_parts_with_a_different_fingerprint_are_reported_as_the_fingerprint() -> None:
+    parts = input_parts(TEXT, MODEL, PROMPT)
+    assert changed_parts(parts, dict(parts)) == "fingerprint"
+
+
+def test_a_legacy_fingerprint_is_stable_and_never_mistaken_for_a_current_one() -> None:
+    legacy = legacy_fingerprint(TEXT, MODEL, PROMPT)
+    assert legacy == legacy_fingerprint(TEXT, MODEL, PROMPT)
+    assert legacy != fingerprint(TEXT, MODEL, PROMPT)
+    assert legacy != legacy_fingerprint(TEXT + "!", MODEL, PROMPT)
+
+
+def test_the_legacy_fingerprint_keeps_its_parts_apart() -> None:
+    assert legacy_fingerprint("ab", "c", PROMPT) != legacy_fingerprint("a", "bc", PROMPT)
+
+
+# No NUL: the input refuses it (the ledger cannot store it), and the legacy digest separates
+# its parts with one.
+chars = st.characters(codec="utf-8", exclude_characters="\x00")
+inputs = st.tuples(
+    st.text(chars, min_size=1, max_size=60),
+    st.text(chars, max_size=20),
+    st.text(chars, max_size=60),
+)
+
+
+@QUICK
+@given(inputs)
+def test_a_fingerprint_fits_the_ledgers_column_as_hex(parts: tuple[str, str, str]) -> None:
+    digest = fingerprint(*parts)
+    assert len(digest) == 64
+    int(digest, 16)
+
+
+@QUICK
+@given(inputs, inputs)
+def test_two_inputs_share_a_fingerprint_exactly_when_they_are_the_same(
+    first: tuple[str, str, str], second: tuple[str, str, str]
+) -> None:
+    assert (fingerprint(*first) == fingerprint(*second)) == (first == second)
+    assert (legacy_fingerprint(*first) == legacy_fingerprint(*second)) == (first == second)
+    if first != second:
+        named = changed_parts(input_parts(*first), input_parts(*second)).split(", ")
+        differing = [
+            n for n, a, b in zip(("text", "model", "prompt"), first, second, strict=True) if a != b
+        ]
+        assert named == differing
