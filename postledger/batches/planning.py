@@ -1,9 +1,30 @@
-"""Batch planning (R7): consecutive posts, at most N posts and C characters per batch."""
+"""Batch planning (R7): consecutive posts, at most N posts and C characters per batch.
+
+`plan_batches` is a plain function of sizes; the functions below it carry a plan out in the
+month's write transaction, and put posts back to be planned again.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from postledger.record.models import (
+    BatchRecord,
+    BatchStatus,
+    EntityKind,
+    FailureKind,
+    PostRecord,
+    PostStatus,
+    batch_id_for,
+)
+from postledger.record.reads import posts_in
+from postledger.record.states import Transitions
 
 
 @dataclass(frozen=True)
@@ -40,3 +61,153 @@ def plan_batches(posts: Sequence[Sized], *, max_posts: int, max_chars: int) -> B
     if current:
         plan.batches.append(current)
     return plan
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    batches: list[BatchRecord]
+    too_long: int
+
+
+# --- in the month's write transaction -----------------------------------------------------
+
+
+def replan_unsent(session: Session, moves: Transitions, month: str) -> int:
+    """Dissolve the month's batches that were planned but never sent: they cost nothing (R36).
+    Returns the posts freed."""
+    freed = 0
+    for batch in session.exec(
+        select(BatchRecord).where(
+            BatchRecord.month == month,
+            BatchRecord.status == BatchStatus.QUEUED,
+            BatchRecord.sends == 0,
+        )
+    ):
+        for post in posts_in(session, batch, PostStatus.QUEUED):
+            moves.post(post, PostStatus.PENDING, f"batch {batch.batch_id} re-planned")
+            post.batch_id = None
+            freed += 1
+        moves.batch(batch, BatchStatus.CANCELLED, "never sent; its posts were planned again")
+    return freed
+
+
+def plan_pending(
+    session: Session,
+    moves: Transitions,
+    month: str,
+    *,
+    max_posts: int,
+    max_chars: int,
+    max_attempts: int | None,
+) -> PlanReport:
+    """The month's `pending` posts in new batches, in file order (R7); those too long, or
+    with no paid attempt left (R15), end `failed`."""
+    pending = list(
+        session.exec(
+            select(PostRecord)
+            .where(PostRecord.month == month, PostRecord.status == PostStatus.PENDING)
+            .order_by(col(PostRecord.position))
+        )
+    )
+    if max_attempts is not None:
+        pending = fail_capped(moves, pending, max_attempts)
+    by_id = {p.post_id: p for p in pending}
+    plan = plan_batches(
+        [Sized(p.post_id, len(p.text)) for p in pending], max_posts=max_posts, max_chars=max_chars
+    )
+    for sized in plan.too_long:
+        moves.post(
+            by_id[sized.post_id],
+            PostStatus.FAILED,
+            f"the post has {sized.chars} characters, more than max_batch_chars="
+            f"{max_chars}: it was never sent. Shorten it, or raise "
+            "POSTLEDGER_MAX_BATCH_CHARS",
+            failure=FailureKind.TOO_LONG,
+        )
+    batches = new_batches(session, moves, month, plan.batches, by_id)
+    return PlanReport(batches=batches, too_long=len(plan.too_long))
+
+
+def fail_capped(moves: Transitions, posts: list[PostRecord], max_attempts: int) -> list[PostRecord]:
+    """Posts that have had every paid attempt they may have end here (R15, R38); the rest are
+    returned."""
+    left = []
+    for post in posts:
+        if post.attempts >= max_attempts + post.extra_attempts:
+            why = f"{post.attempts} paid attempts made, the limit: not sent again"
+            moves.post(post, PostStatus.FAILED, why, failure=FailureKind.ATTEMPTS_EXHAUSTED)
+        else:
+            left.append(post)
+    return left
+
+
+def new_batches(
+    session: Session,
+    moves: Transitions,
+    month: str,
+    groups: list[list[str]],
+    by_id: dict[str, PostRecord],
+    *,
+    split_from: str | None = None,
+) -> list[BatchRecord]:
+    """One queued batch per group of post ids, numbered after the month's last, each with an
+    idempotency key of its own (R35); its posts move into it."""
+    last_seq = session.exec(
+        select(func.max(BatchRecord.seq)).where(BatchRecord.month == month)
+    ).one()
+    batches = []
+    for offset, post_ids in enumerate(groups, start=1):
+        seq = (last_seq or 0) + offset
+        batch = BatchRecord(
+            batch_id=batch_id_for(month, seq),
+            month=month,
+            seq=seq,
+            post_ids=post_ids,
+            idempotency_key=f"postledger-{uuid.uuid4()}",
+            split_from=split_from,
+        )
+        session.add(batch)
+        origin = f", half of {split_from}" if split_from else ""
+        moves.created(
+            EntityKind.BATCH,
+            batch.batch_id,
+            BatchStatus.QUEUED,
+            f"planned with {len(post_ids)} posts{origin}",
+        )
+        for post_id in post_ids:
+            by_id[post_id].batch_id = batch.batch_id
+            moves.post(by_id[post_id], PostStatus.QUEUED, f"planned in {batch.batch_id}")
+        batches.append(batch)
+    return batches
+
+
+def release_due(session: Session, moves: Transitions, month: str, now: datetime) -> int:
+    """Posts whose wait is over back to `pending`, to be planned again (R11)."""
+    due = [
+        p
+        for p in session.exec(
+            select(PostRecord).where(
+                PostRecord.month == month, PostRecord.status == PostStatus.WAITING
+            )
+        )
+        if p.not_before is None or p.not_before <= now
+    ]
+    for post in due:
+        moves.post(post, PostStatus.PENDING, "wait over")
+    return len(due)
+
+
+def retry_failed(
+    session: Session, moves: Transitions, month: str, kinds: set[FailureKind] | None
+) -> int:
+    """A person's decision: failed posts (of these kinds) back to `pending`."""
+    query = select(PostRecord).where(
+        PostRecord.month == month, PostRecord.status == PostStatus.FAILED
+    )
+    failed = [p for p in session.exec(query) if kinds is None or p.failure_kind in kinds]
+    for post in failed:
+        post.batch_id = None
+        # The person's yes buys each post its full number of paid attempts again (R38).
+        post.extra_attempts = post.attempts
+        moves.post(post, PostStatus.PENDING, f"retry asked for ({post.failure_kind})")
+    return len(failed)

@@ -11,17 +11,20 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from postledger.failures.policy import Decision
-from postledger.guards.spend import Price, cost_of, money, usage_tokens
+from postledger.guards.spend import Price, cost_of, estimate, money, usage_tokens
 from postledger.record.models import (
     Answer,
     ApprovalRecord,
     BatchRecord,
+    Charge,
+    EntityKind,
     FailureKind,
     Question,
     SpendRecord,
     SpendState,
     utcnow,
 )
+from postledger.record.states import Transitions
 
 # Outcomes after which a charge bought nothing usable: the whole output was unusable, or the
 # task that was made (and paid) failed or was lost upstream.
@@ -62,6 +65,68 @@ def check_budget(session: Session, month: str, estimated: int | None, max_cost: 
             f"{month} has committed {money(spent)} of its budget {money(max_cost)}; the next "
             f"batch (about {money(estimated or 0)}) would cross it"
         )
+
+
+def book_send(
+    session: Session,
+    batch: BatchRecord,
+    *,
+    first: bool,
+    price: Price | None,
+    prompt: str,
+    max_cost: int | None,
+) -> None:
+    """A send on the books before the call (R3). A `first` send (a new attempt) is asked
+    against the budget first (`BudgetHeld`, R52), then written down as a possible charge (R51)."""
+    texts = [text for _, text in batch.request or []]
+    estimated = estimate(price, prompt, texts) if price is not None and first else None
+    if first and max_cost is not None:
+        check_budget(session, batch.month, estimated, max_cost)
+    batch.sends += 1
+    batch.not_before = None
+    if batch.charge is Charge.NONE:
+        batch.charge = Charge.POSSIBLE
+    if first:
+        session.add(
+            SpendRecord(
+                month=batch.month,
+                batch_id=batch.batch_id,
+                send=batch.sends,
+                estimated_cost=estimated,
+            )
+        )
+
+
+def book_gateway_retries(
+    session: Session,
+    moves: Transitions,
+    batch: BatchRecord,
+    retries: int,
+    *,
+    price: Price | None,
+    prompt: str,
+) -> None:
+    """A gateway's own retries of the batch's request: each may have been charged, so each is
+    a possible charge of the current send (R42)."""
+    batch.gateway_retries += retries
+    texts = [text for _, text in batch.request or []]
+    estimated = estimate(price, prompt, texts) if price is not None else None
+    for _ in range(retries):
+        session.add(
+            SpendRecord(
+                month=batch.month,
+                batch_id=batch.batch_id,
+                send=batch.sends,
+                estimated_cost=estimated,
+            )
+        )
+    session.add(batch)
+    moves.noted(
+        EntityKind.BATCH,
+        batch.batch_id,
+        batch.status,
+        f"the gateway retried the request {retries}x on its own: possibly charged again",
+    )
 
 
 def settle(

@@ -25,6 +25,23 @@ class LedgerError(RuntimeError):
     """The ledger cannot do what was asked; the message says why and what to do."""
 
 
+def load_batch(session: Session, batch_id: str) -> BatchRecord:
+    batch = session.get(BatchRecord, batch_id)
+    if batch is None:
+        raise LedgerError(f"no batch {batch_id!r} in the ledger")
+    return batch
+
+
+def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> list[PostRecord]:
+    """The posts that are in `batch` now (a post may have moved on to a later batch)."""
+    query = select(PostRecord).where(
+        PostRecord.month == batch.month, PostRecord.batch_id == batch.batch_id
+    )
+    if statuses:
+        query = query.where(col(PostRecord.status).in_(statuses))
+    return list(session.exec(query.order_by(col(PostRecord.position))))
+
+
 class LedgerReads:
     engine: Engine
 
@@ -145,19 +162,5 @@ class LedgerReads:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _batch(session: Session, batch_id: str) -> BatchRecord:
-        batch = session.get(BatchRecord, batch_id)
-        if batch is None:
-            raise LedgerError(f"no batch {batch_id!r} in the ledger")
-        return batch
-
-    @staticmethod
-    def _posts_of(session: Session, batch: BatchRecord, *statuses: PostStatus) -> list[PostRecord]:
-        """The posts that are in `batch` now (a post may have moved on to a later batch)."""
-        query = select(PostRecord).where(
-            PostRecord.month == batch.month, PostRecord.batch_id == batch.batch_id
-        )
-        if statuses:
-            query = query.where(col(PostRecord.status).in_(statuses))
-        return list(session.exec(query.order_by(col(PostRecord.position))))
+    _batch = staticmethod(load_batch)
+    _posts_of = staticmethod(posts_in)
