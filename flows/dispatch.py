@@ -145,7 +145,11 @@ class Dispatch:
         try:
             plan_due_work(self.ledger, self.month, self.settings)
             starts = [(batch_id, True) for batch_id in self.to_poll]
-            starts += [(b.batch_id, False) for b in self.ledger.runnable_batches(self.month)]
+            busy = set(self.runs.in_flight) | self.crashed
+            starts += [
+                (batch_id, False)
+                for batch_id in self.ledger.next_to_start(self.month, room, skip=busy)
+            ]
         except LedgerUnavailable as exc:
             self.stop(ledger_stop(exc, set(self.runs.in_flight), self.settings, self.month))
             return

@@ -59,6 +59,25 @@ class LedgerReads:
             if b.not_before is None or b.not_before <= now
         ]
 
+    def next_to_start(self, month: str, limit: int, skip: set[str] | None = None) -> list[str]:
+        """The ids of the first `limit` queued batches (other than `skip`) that may start now,
+        in start order (R9): what the dispatch loop asks each time a slot frees, so it reads
+        ids through the index, not whole batches."""
+        skip = skip or set()
+        query = (
+            select(BatchRecord.batch_id)
+            .where(
+                BatchRecord.month == month,
+                BatchRecord.status == BatchStatus.QUEUED,
+                col(BatchRecord.not_before).is_(None) | (col(BatchRecord.not_before) <= utcnow()),
+                col(BatchRecord.batch_id).not_in(skip),
+            )
+            .order_by(col(BatchRecord.seq))
+            .limit(limit)
+        )
+        with self._read() as session:
+            return list(session.exec(query))
+
     def next_wake(self, month: str, skip: set[str] | None = None) -> datetime | None:
         """When the earliest waiting post or held-back batch (other than `skip`) may go; None
         if nothing waits."""
