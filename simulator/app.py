@@ -6,6 +6,8 @@ GET  /_sim/charges        every charged task: the ground truth of what was paid
 GET  /_sim/stats          requests by route, tasks in flight now and at most
 GET/POST /_sim/faults     the fault plan in force (see `simulator.faults`)
 POST /_sim/tasks/{id}/forget   lose one task (its charge stays), as expiring upstreams do
+POST /_sim/reset          {latency, seed, honour_keys, faults}: forget every task, charge, count
+                          and fault, as if just started so (tests reuse one process)
 
 The OpenAI protocols, with the same faults and the same charge log: see
 `simulator.openai_api` (/v1/chat/completions, /v1/files, /v1/batches).
@@ -20,9 +22,9 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from simulator.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route
+from simulator.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route, load_plan
 from simulator.openai_api import add_openai_routes
 from simulator.outputs import spoil_output
 from simulator.responses import error as _error
@@ -36,6 +38,15 @@ MAX_WAIT_SECONDS = 60.0
 class PostIn(BaseModel):
     id: str = Field(min_length=1)
     text: str
+
+
+class ResetTo(BaseModel):
+    """The options of `postledger sim serve` a reset may change."""
+
+    latency: float = Field(default=1.0, ge=0)
+    seed: int = 0
+    honour_keys: bool = True
+    faults: str | None = None  # the compact form, as --faults takes it
 
 
 class CreateTask(BaseModel):
@@ -147,7 +158,7 @@ def create_app(
             await asyncio.sleep(min(wait, remaining))
         return _task_body(task, time.monotonic())
 
-    add_openai_routes(app, upstream, faults, authorized)
+    forget_openai = add_openai_routes(app, upstream, faults, authorized)
 
     @app.get("/_sim/charges")
     async def charges() -> Any:
@@ -165,6 +176,19 @@ def create_app(
     @app.post("/_sim/faults")
     async def set_faults(plan: FaultPlan) -> Any:
         faults.replace(plan)
+        return {"plan": plan.model_dump(mode="json")}
+
+    @app.post("/_sim/reset")
+    async def reset(options: ResetTo) -> Any:
+        """Forget every task, file, batch, charge, count and fault, and go on as if just
+        started with these options: tests reuse one simulator process for many tests."""
+        try:
+            plan = load_plan(options.faults, None, options.seed)
+        except (ValidationError, ValueError) as exc:
+            return _error(422, "invalid_request_error", f"bad fault plan: {exc}")
+        upstream.reset(latency=options.latency, seed=options.seed, honour_keys=options.honour_keys)
+        faults.replace(plan)
+        forget_openai()
         return {"plan": plan.model_dump(mode="json")}
 
     @app.post("/_sim/tasks/{task_id}/forget")

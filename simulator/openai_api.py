@@ -178,10 +178,16 @@ def _parse_multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | Non
 
 def add_openai_routes(
     app: FastAPI, upstream: Upstream, faults: Faults, authorized: Callable[[Request], bool]
-) -> None:
+) -> Callable[[], None]:
+    """Adds the routes; returns what forgets every file and batch (`POST /_sim/reset`)."""
     files: dict[str, SimFile] = {}
     batches: dict[str, SimBatch] = {}
     lock = threading.RLock()  # finishing a batch adds its files under the same lock
+
+    def forget_all() -> None:
+        with lock:
+            files.clear()
+            batches.clear()
 
     def denied() -> Response:
         return error(
@@ -481,6 +487,8 @@ def add_openai_routes(
             batch.cancel_at = time.monotonic()
             batch.fate = "cancelled"
         return batch_body(batch)
+
+    return forget_all
 
 
 def _jsonl(lines: list[dict[str, Any]]) -> bytes:

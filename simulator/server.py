@@ -71,8 +71,12 @@ def simulator_process(
     scenario: str | None = None,
     honour_keys: bool = True,
     startup_timeout: float = 30,
+    own_process_group: bool = False,
 ) -> Iterator[str]:
-    """Start `postledger sim serve` on a free loopback port; yields its base URL."""
+    """Start `postledger sim serve` on a free loopback port; yields its base URL.
+    `own_process_group`: in a session of its own, as tests start it (a Ctrl-C in the terminal
+    then reaches only its parent, which stops it). `postledger run` leaves it in the run's
+    process group, so that killing that group ends the simulator too."""
     args = [
         sys.executable,
         "-m",
@@ -99,7 +103,9 @@ def simulator_process(
     env = dict(os.environ)
     if api_key is not None:
         env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, text=True, env=env, start_new_session=own_process_group
+    )
     try:
         url = _wait_ready(process, startup_timeout)
         yield url

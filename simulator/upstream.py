@@ -80,6 +80,18 @@ class Upstream:
     def __post_init__(self) -> None:
         self._ids = random.Random(self.seed)
 
+    def reset(self, *, latency: float, seed: int, honour_keys: bool) -> None:
+        """Know nothing, as a simulator just started with these options (`POST /_sim/reset`)."""
+        with self.lock:
+            self.latency, self.seed, self.honour_keys = latency, seed, honour_keys
+            self.tasks.clear()
+            self.by_key.clear()
+            self.charges.clear()
+            self.requests.clear()
+            self.polls.clear()
+            self.max_in_flight = 0
+            self._ids = random.Random(seed)
+
     def count_request(self, route: str, task_id: str | None = None) -> None:
         with self.lock:
             self.requests[route] = self.requests.get(route, 0) + 1

@@ -33,7 +33,7 @@ from postledger.upstreams.errors import (
     TransportError,
     UpstreamError,
 )
-from tests.conftest import LEDGER_ON_POSTGRES, PG_ADMIN_URL, fresh_pg_database
+from tests.helpers import LEDGER_ON_POSTGRES, PG_ADMIN_URL, fresh_ledger_database
 
 PROMPT = "Classify each post: category, sentiment, one sentence."
 
@@ -278,9 +278,9 @@ def _sqlite_template() -> Path:
 @contextmanager
 def fresh_ledger_url() -> Iterator[str]:
     """A new, empty ledger: a SQLite file in a folder of its own, or (in the suite's
-    PostgreSQL pass) a new database, dropped at exit."""
+    PostgreSQL pass) a new database copied from a migrated template, dropped at exit."""
     if LEDGER_ON_POSTGRES:
-        with fresh_pg_database(PG_ADMIN_URL) as url:
+        with fresh_ledger_database(PG_ADMIN_URL) as url:
             yield url
         return
     folder = Path(tempfile.mkdtemp(prefix="postledger-money-"))

@@ -18,23 +18,24 @@ on the UI, a deployment picked up by a worker — start a real server with this 
 `running_prefect_server` yields the API URL (`http://127.0.0.1:PORT/api`); the UI is served at
 the same origin (`ui_url(api_url)`). The server's output goes to `home/server.log` (read it when
 a test fails; a pipe nobody reads could fill and stall the server). At exit the server's whole
-process group is stopped. Without `database_url` the server uses SQLite under `home`.
+process group is stopped, and its database dropped (`tests/helpers.py` does both at the
+session's end too, if a test never got there). Without `database_url` the server uses SQLite
+under `home`.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from postledger.children import wait_answering
+from tests import helpers
+from tests.helpers import free_port, postgres_available
 
 # Where the tests' PostgreSQL is (same variable and default as tests/conftest.py).
 PG_ADMIN_URL = os.environ.get(
@@ -44,26 +45,17 @@ PG_ADMIN_URL = os.environ.get(
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the usual small race applies)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def ui_url(api_url: str) -> str:
     """The UI's base URL of a server whose API is at `api_url`."""
     return api_url.removesuffix("/").removesuffix("/api")
 
 
 def prefect_client_env(api_url: str, home: Path | None = None) -> dict[str, str]:
-    """`os.environ` for a child process (flow, worker, CLI) that talks to the server."""
-    env = {
-        **os.environ,
-        "PREFECT_API_URL": api_url,
-        "DO_NOT_TRACK": "1",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
+    """`os.environ` for a child process (flow, worker, CLI) that talks to the server (not
+    what only a pytest worker's own Prefect client uses: `helpers.child_env`)."""
+    env = helpers.child_env(
+        PREFECT_API_URL=api_url, DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false"
+    )
     if home is not None:
         env["PREFECT_HOME"] = str(home)
     return env
@@ -97,7 +89,7 @@ def running_prefect_server(
     api_url = f"http://127.0.0.1:{port}/api"
     env = {
         name: value
-        for name, value in os.environ.items()
+        for name, value in helpers.child_env().items()
         # Never inherit a client's target or another server's database.
         if name not in ("PREFECT_API_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL")
         and not name.startswith("PREFECT_API_DATABASE_")
@@ -130,13 +122,9 @@ def running_prefect_server(
         "--ui",
     ]
     with open(home / "server.log", "ab") as log:
-        process = subprocess.Popen(
-            args,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: stopped as one at exit
+        # Its own process group: stopped as one at exit.
+        process = helpers.spawn(
+            args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         if problem := wait_answering(process, f"{api_url}/health", timeout=startup_timeout):
@@ -145,18 +133,7 @@ def running_prefect_server(
             )
         yield api_url
     finally:
-        _stop_group(process)
-
-
-def _stop_group(process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """SIGTERM the server's process group, SIGKILL it if it lingers."""
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=timeout)
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # whatever is left of the group
-    process.wait()
+        helpers.stop(process, timeout=15)
 
 
 @contextmanager
@@ -170,38 +147,8 @@ def fresh_postgres_database(
     database is replaced). Raises `psycopg.OperationalError` when PostgreSQL is unreachable;
     `postgres_available()` tells beforehand.
     """
-    import psycopg
-    from psycopg import sql
-    from sqlalchemy.engine import make_url
-
-    admin = make_url(admin_url).set(drivername="postgresql")
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}".lower()
-    dsn = admin.render_as_string(hide_password=False)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield admin.set(drivername="postgresql+asyncpg", database=name).render_as_string(
-            hide_password=False
-        )
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
-def postgres_available(admin_url: str = PG_ADMIN_URL) -> bool:
-    """Whether the PostgreSQL of `admin_url` answers."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    dsn = make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        with psycopg.connect(dsn, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-        return True
-    except psycopg.OperationalError:
-        return False
+    with helpers.fresh_database(prefix, admin_url, drivername="postgresql+asyncpg") as url:
+        yield url
 
 
 @dataclass(frozen=True)
@@ -228,7 +175,7 @@ def shared_prefect_server(home: Path, *, require_postgres: bool = False) -> Iter
     """A server on a fresh PostgreSQL database where one answers (dropped at exit), else on
     SQLite under `home`; with `require_postgres`, no PostgreSQL is an error."""
     database: AbstractContextManager[str | None] = nullcontext(None)
-    if postgres_available():
+    if postgres_available(PG_ADMIN_URL):
         database = fresh_postgres_database("postledger_prefect")
     elif require_postgres:
         raise RuntimeError(f"no PostgreSQL at {PG_ADMIN_URL}")

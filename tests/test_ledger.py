@@ -220,7 +220,7 @@ def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> 
     """A ledger written before `inputs` existed (schema revision 0001): it is upgraded, and a
     post that matches its old fingerprint is the same work, not a change paid for again."""
     from postledger.batches.posts import Post, legacy_fingerprint
-    from tests.test_migrations import ledger_at_baseline
+    from tests.helpers import ledger_at_baseline
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     ledger_at_baseline(

@@ -14,8 +14,8 @@ from sqlmodel import SQLModel
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
-from postledger.record.db import make_engine
-from postledger.record.migrate import SchemaMismatch, head_revision, upgrade
+from postledger.record.migrate import SchemaMismatch, head_revision
+from tests.helpers import ledger_at_baseline
 
 
 def test_a_new_ledger_is_made_by_the_revisions_and_matches_the_models(
@@ -27,36 +27,6 @@ def test_a_new_ledger_is_made_by_the_revisions_and_matches_the_models(
         differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
     ledger.close()
     assert differences == [], f"models.py and the revisions disagree: {differences}"
-
-
-def ledger_at_baseline(
-    url: str,
-    *,
-    post_id: str = "p1",
-    fingerprint: str = "f" * 64,
-    status: str = "COMPLETED",
-    result: str | None = '{"category": "praise"}',
-) -> None:
-    """A ledger as issues 2–3 left it (schema revision 0001), holding one post of 2026-10
-    whose text is 'hello'."""
-    engine = make_engine(url)
-    upgrade(engine, "0001")
-    with engine.begin() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO posts (month, post_id, position, text, fingerprint, status, "
-                "attempts, requeues, result, created_at, updated_at) VALUES ('2026-10', :id, 0, "
-                "'hello', :fp, :status, 1, 0, :result, :at, :at)"
-            ),
-            {
-                "id": post_id,
-                "fp": fingerprint,
-                "status": status,
-                "result": result,
-                "at": "2026-10-02 10:00:00+00",
-            },
-        )
-    engine.dispose()
 
 
 def test_an_older_ledger_is_upgraded_in_place_keeping_its_records(any_ledger_url: str) -> None:

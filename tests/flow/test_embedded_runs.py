@@ -8,7 +8,6 @@ PREFECT_HOME shared by all of them, and one project folder, as from two terminal
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.conftest import write_jsonl
+from tests.helpers import child_env, posts_file, spawn, stop
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -30,8 +29,8 @@ FIRST, SECOND = "2026-10", "2026-11"
 
 
 class Processes:
-    """`postledger` processes started in one folder with one environment; each in a session of
-    its own, so that its process group (its local server and simulator too) can be killed."""
+    """`postledger` processes started in one folder with one environment; each in a process
+    group of its own, so that the group (its local server and simulator too) can be killed."""
 
     def __init__(self, cwd: Path, env: dict[str, str]) -> None:
         self.cwd, self.env = cwd, env
@@ -40,14 +39,13 @@ class Processes:
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         # Output to a file: a pipe nobody reads could block it, and an orphan keeps it open.
         with (self.cwd / f"{name}.out").open("wb") as out:
-            process = subprocess.Popen(
+            process = spawn(
                 [sys.executable, "-m", "cli", *args],
                 cwd=self.cwd,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         self.started.append(process)
         return process
@@ -65,9 +63,7 @@ class Processes:
 
     def kill_all(self) -> None:
         for process in self.started:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            stop(process, first=signal.SIGKILL)
 
 
 @pytest.fixture
@@ -76,16 +72,14 @@ def processes(
 ) -> Iterator[Processes]:
     project = tmp_path / "project"
     project.mkdir()
-    env = {
-        **os.environ,  # with the test's ledger (POSTLEDGER_DATABASE_URL)
-        "DO_NOT_TRACK": "1",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),  # shared by every run of this test
-        "POSTLEDGER_MAX_BATCH_POSTS": "3",
-        "POSTLEDGER_POLL_WAIT": "0.5",
-        "COLUMNS": "250",  # the refusal on as few lines as may be, to search it
-    }
-    env.pop("PREFECT_API_URL", None)
+    env = child_env(  # with the test's ledger (POSTLEDGER_DATABASE_URL)
+        DO_NOT_TRACK="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_HOME=str(tmp_path / "prefect-home"),  # shared by every run of this test
+        POSTLEDGER_MAX_BATCH_POSTS="3",
+        POSTLEDGER_POLL_WAIT="0.5",
+        COLUMNS="250",  # the refusal on as few lines as may be, to search it
+    )
     started = Processes(project, env)
     try:
         yield started
@@ -94,11 +88,8 @@ def processes(
 
 
 def posts(folder: Path, month: str, count: int) -> str:
-    lines = [
-        f'{{"id": "{month}-{i:02d}", "text": "The app logs me out, case {i}."}}'
-        for i in range(count)
-    ]
-    return str(write_jsonl(folder / f"{month}.jsonl", lines))
+    path = folder / f"{month}.jsonl"
+    return str(posts_file(path, count, ids=month + "-{:02d}", text="The app logs me out, case {}."))
 
 
 def wait_for_batches_in_flight(

@@ -6,14 +6,10 @@ simulator's charge log. Each test is named after the defect it closes."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from postledger.guards.spill import Spill
@@ -21,42 +17,12 @@ from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, Charge, PostStatus, SpendState
 from postledger.recovery.interrupted import RecoveryAction, recovery_plan
 from postledger.settings import Settings
-from tests.conftest import Sim, fast_timings, sqlite_ledger_only, start_sim, write_jsonl
+from tests.helpers import MONTH, Sim, in_background, sqlite_ledger_only, start_sim
+from tests.helpers import month_posts as month_file
+from tests.helpers import run_flow as run
 
-MONTH = "2026-10"
-
-
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_timings(monkeypatch, read_timeout="1", poll_wait="0.2", request_retries="1")
-
-
-@pytest.fixture
-def faulty(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
-    latency, faults = request.param
-    yield from start_sim(monkeypatch, latency=latency, faults=faults)
-
-
-def month_file(tmp_path: Path, n: int) -> str:
-    lines = [f'{{"id": "p{i:03d}", "text": "Why is the app slow, day {i}?"}}' for i in range(n)]
-    return str(write_jsonl(tmp_path / f"{MONTH}.jsonl", lines))
-
-
-def run(tmp_path: Path, n: int, **answers: Any) -> dict[str, Any]:
-    from flows.monthly import monthly_posts
-
-    result: dict[str, Any] = monthly_posts(
-        month=MONTH, posts_path=month_file(tmp_path, n), **answers
-    )
-    return result
-
-
-def clear_faults(sim: Sim) -> None:
-    httpx.post(f"{sim.url}/_sim/faults", json={"rules": []}).raise_for_status()
-
-
-def charged_per_post(sim: Sim) -> Counter[str]:
-    return Counter(pid for charge in sim.charges() for pid in charge["post_ids"])
+pytestmark = pytest.mark.usefixtures("fast_retries")
+FAST_TIMINGS = {"read_timeout": "1", "poll_wait": "0.2", "request_retries": "1"}
 
 
 # --- a paid task with a saved id is never abandoned -------------------------------------------
@@ -65,8 +31,8 @@ def charged_per_post(sim: Sim) -> Counter[str]:
 @pytest.mark.parametrize(
     ("faulty", "deadline"),
     [
-        ((0.1, "poll:http_502@1"), "3600"),  # every poll fails, request retries spent
-        ((3.0, None), "0.5"),  # still running when our deadline passes
+        ({"faults": "poll:http_502@1"}, "3600"),  # every poll fails, request retries spent
+        ({"latency": 3.0}, "0.5"),  # still running when our deadline passes
     ],
     indirect=["faulty"],
     ids=["poll-fails", "deadline-passes"],
@@ -92,17 +58,17 @@ def test_a_paid_task_whose_poll_fails_is_polled_by_the_next_run_not_paid_again(
     (step,) = recovery_plan(ledger, MONTH, Settings()).steps
     assert (step.batch_id, step.action) == (batch.batch_id, RecoveryAction.POLL)
 
-    clear_faults(faulty)
+    faulty.clear_faults()
     monkeypatch.setenv("POSTLEDGER_TASK_DEADLINE", "3600")
     run(tmp_path, 25, poll=True)  # the next run, with the person's yes to poll
 
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     assert ledger.batch(batch.batch_id).upstream_task_id == batch.upstream_task_id
     assert len(faulty.charges()) == 1  # polled, never paid again
-    assert set(charged_per_post(faulty).values()) == {1}
+    assert set(faulty.charged_per_post().values()) == {1}
 
 
-@pytest.mark.parametrize("faulty", [(0.1, "create:http_500_after_create#1")], indirect=True)
+@pytest.mark.parametrize("faulty", ["create:http_500_after_create#1"], indirect=True)
 def test_an_ambiguous_create_is_not_resent_unless_the_upstream_is_said_to_honour_keys(
     prefect_harness: None,
     faulty: Sim,
@@ -203,16 +169,7 @@ def test_a_task_id_the_ledger_cannot_take_stops_new_batches_and_is_spilled(
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
     monkeypatch.setenv("POSTLEDGER_READ_TIMEOUT", "10")  # the held answer arrives, not a retry
     posts = month_file(tmp_path, 50)
-    outcome: dict[str, Any] = {}
-
-    def first_run() -> None:
-        try:
-            monthly_posts(month=MONTH, posts_path=posts)
-        except Exception as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=first_run, daemon=True)
-    thread.start()
+    thread, outcome = in_background(lambda: monthly_posts(month=MONTH, posts_path=posts))
     deadline = time.monotonic() + 60
     while not slow_create.charges() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -232,5 +189,5 @@ def test_a_task_id_the_ledger_cannot_take_stops_new_batches_and_is_spilled(
     monthly_posts(month=MONTH, posts_path=posts, poll=True)  # the database is back
     ledger = Ledger(ledger_url)
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
-    assert set(charged_per_post(slow_create).values()) == {1}  # nobody paid twice
+    assert set(slow_create.charged_per_post().values()) == {1}  # nobody paid twice
     ledger.close()

@@ -4,15 +4,13 @@ and looking never calls the AI."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -23,38 +21,28 @@ from postledger.guards.spend import DEFAULT_PRICES, cost_of, estimate
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, PostStatus, Question, SpendState
 from postledger.settings import DEFAULT_PROMPT
-from tests.conftest import Sim, fast_timings, start_sim, write_jsonl
+from tests.helpers import (
+    MONTH,
+    Sim,
+    child_env,
+    in_background,
+    postledger,
+    running,
+    start_sim,
+)
+from tests.helpers import posts_file as write_posts
 
-MONTH = "2026-10"
+pytestmark = pytest.mark.usefixtures("fast_retries")
+FAST_TIMINGS = {"poll_wait": "0.5", "approval_poll": "0.3"}
+SIMULATOR = {"latency": 0.1, "seed": 3}  # the `faulty` fixture's
 PRICE = DEFAULT_PRICES["sim-analyst-1"]
 MIXED = "create:http_503@0.08,poll:http_502@0.08,poll:forget@0.03,task:task_failed@0.05,"
 MIXED += "output:not_json@0.05,output:bad_field@0.1,create:rate_limit@0.05;retry_after=1"
 
 
-@pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_timings(monkeypatch, poll_wait="0.5", approval_poll="0.3")
-
-
-@pytest.fixture
-def faulty(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Sim]:
-    yield from start_sim(monkeypatch, latency=0.1, faults=request.param, seed=3)
-
-
 def posts_file(tmp_path: Path, n: int) -> Path:
-    return write_jsonl(
-        tmp_path / f"{MONTH}.jsonl",
-        [f'{{"id": "s{i:03d}", "text": "Sync drops my notes, case {i}."}}' for i in range(n)],
-    )
-
-
-def postledger(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return write_posts(
+        tmp_path / f"{MONTH}.jsonl", n, ids="s{:03d}", text="Sync drops my notes, case {}."
     )
 
 
@@ -104,21 +92,8 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     failed_ids = [p.post_id for p in posts if p.status is PostStatus.FAILED]
     assert all(post_id in listed.stdout for post_id in failed_ids)
     screen = tmp_path / "watch.out"
-    with screen.open("w") as sink:
-        watched = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cli",
-                "status",
-                "-m",
-                MONTH,
-                "--watch",
-                "--every",
-                "0.3",
-            ],
-            stdout=sink,
-        )
+    watch = [sys.executable, "-m", "cli", "status", "-m", MONTH, "--watch", "--every", "0.3"]
+    with screen.open("w") as sink, running(watch, env=child_env(), stdout=sink) as watched:
         deadline = time.monotonic() + 60
         while screen.read_text().count(f"postledger {MONTH}") < 2:  # refreshed at least once
             assert time.monotonic() < deadline and watched.poll() is None
@@ -161,18 +136,16 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
 ) -> None:
     """The run talks to one simulator; `status` and `report`, configured with another as
     their upstream, never reach it — not even while the month is being processed."""
-    with start_sim_pair(monkeypatch) as (working, idle):
-        env = {
-            **os.environ,
-            "POSTLEDGER_UPSTREAM_URL": working.url,
-        }
+    with contextlib.ExitStack() as stack:
+        working = next(stack.enter_context(contextlib.closing(start_sim(monkeypatch, latency=0.5))))
+        idle = next(stack.enter_context(contextlib.closing(start_sim(monkeypatch, latency=0.5))))
+        env = child_env(POSTLEDGER_UPSTREAM_URL=working.url)
         posts = str(posts_file(tmp_path, 100))
-        run = subprocess.Popen(
-            [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", posts],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        command = [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", posts]
+        run = stack.enter_context(
+            running(
+                command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
         )
         try:
             deadline = time.monotonic() + 90
@@ -190,22 +163,6 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
             assert run.wait(timeout=120) == 0
         assert seen, "status should have been read while the run went on"
         assert idle.stats()["requests"] == {}
-
-
-class start_sim_pair:
-    """Two simulators: one for the run, one that only `status` is pointed at."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self._monkeypatch = monkeypatch
-
-    def __enter__(self) -> tuple[Sim, Sim]:
-        self._working = start_sim(self._monkeypatch, latency=0.5)
-        self._idle = start_sim(self._monkeypatch, latency=0.5)
-        return next(self._working), next(self._idle)
-
-    def __exit__(self, *exc: object) -> None:
-        for generator in (self._idle, self._working):
-            generator.close()
 
 
 def actual_cost(posts: list[tuple[str, str]]) -> int:
@@ -250,16 +207,8 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     assert sum(actual_cost(b) for b in batches[:4]) <= max_cost
     monkeypatch.setenv("POSTLEDGER_MAX_COST", str(max_cost))
 
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 40)))
-        except Exception as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    path = str(posts_file(tmp_path, 40))
+    thread, outcome = in_background(lambda: monthly_posts(month=MONTH, posts_path=path))
     question = wait_for_question(ledger)
     time.sleep(0.5)
     charged = sim.charges()

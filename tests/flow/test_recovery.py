@@ -6,12 +6,7 @@ evidence: the ledger, and the simulator's own charge log and per-task poll count
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +17,9 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE, CrashPoint
 from postledger.record.models import Answer, BatchStatus, FailureKind, PostStatus
-from tests.conftest import Sim, start_sim, write_jsonl
+from tests.helpers import MONTH, Sim, postledger, run_month, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
-
-MONTH = "2026-10"
 
 
 @pytest.fixture(autouse=True)
@@ -41,43 +34,8 @@ def sim(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iter
     yield from start_sim(monkeypatch, latency=0.4, honour_keys=honour_keys)
 
 
-def postledger(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """One `postledger` process; whatever it leaves running (its local Prefect server, after
-    a crash) is killed with it. Output goes to files: an orphan would hold a pipe open."""
-    out, err = tmp_path / "last.out", tmp_path / "last.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cli", *args],
-            cwd=tmp_path,
-            env={**os.environ, **env},  # the worker's Prefect home: migrated once
-            stdout=stdout,
-            stderr=stderr,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            process.wait(timeout=180)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(
-        process.args, process.returncode, out.read_text(), err.read_text()
-    )
-
-
-def run_month(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
-    posts = write_jsonl(
-        tmp_path / "posts.jsonl",
-        [
-            f'{{"id": "p{i:02d}", "text": "Login loops back to the start, case {i}."}}'
-            for i in range(12)
-        ],
-    )
-    return postledger(tmp_path, "run", "--month", MONTH, "--posts", str(posts), *flags, **env)
-
-
 def charged_posts(sim: Sim) -> Counter[str]:
-    return Counter(pid for charge in sim.charges() for pid in charge["post_ids"])
+    return sim.charged_per_post()
 
 
 @pytest.mark.parametrize("point", list(CrashPoint))
@@ -120,7 +78,7 @@ def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_t
     no_keys = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": "false"}
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **no_keys)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
-    shown = postledger(tmp_path, "plan", "--month", MONTH, "--json", **no_keys)
+    shown = postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **no_keys)
     plan = json.loads(shown.stdout)
     resubmit = plan["groups"]["resubmit"]["batches"]
     assert resubmit and plan["possible_double_charge_input_tokens"] > 0

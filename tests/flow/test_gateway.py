@@ -6,7 +6,8 @@ still a quota error.
 LiteLLM is not a dependency of postledger: these tests run where a `litellm` executable is
 found (POSTLEDGER_TEST_LITELLM, else `litellm` on the PATH), and are skipped elsewhere. To run
 them: `python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`,
-then `POSTLEDGER_TEST_LITELLM=/tmp/litellm-venv/bin/litellm uv run pytest tests/test_gateway.py`.
+then
+`POSTLEDGER_TEST_LITELLM=/tmp/litellm-venv/bin/litellm uv run pytest tests/flow/test_gateway.py`.
 The proxy runs on loopback with telemetry off and every remote look-up it would make at start
 replaced by its bundled copy.
 """
@@ -18,7 +19,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from postledger.children import stop_child, wait_answering
+from postledger.children import wait_answering
 from postledger.failures.classify import failure_of
 from postledger.failures.policy import Reach
 from postledger.record.models import FailureKind
@@ -37,17 +37,27 @@ from postledger.upstreams.calls import CreateRequest
 from postledger.upstreams.errors import RejectedError, TransportError, UpstreamError
 from postledger.upstreams.http import Timeouts, gateway_retries_of
 from postledger.upstreams.openai_chat import OpenAIChatClient
-from simulator.server import simulator_process
+from tests.helpers import OWNER_VAR, free_port, running, simulator_process
 
 MODEL = "gateway-analyst"  # the proxy's name for the simulator's sim-analyst-1
 POSTS = [("p-1", "The bus was late again."), ("p-2", "Lovely concert last night.")]
 STARTUP_TIMEOUT = 180.0  # seconds: LiteLLM takes ~15 s to start on an idle machine
 
-pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("litellm")]
-
 
 def litellm_executable() -> str | None:
     return os.environ.get("POSTLEDGER_TEST_LITELLM") or shutil.which("litellm")
+
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.xdist_group("litellm"),
+    # Skipped here, before any fixture: the session's Prefect server is not started for them.
+    pytest.mark.skipif(
+        litellm_executable() is None,
+        reason="LiteLLM is not installed (it is no dependency of postledger): set "
+        "POSTLEDGER_TEST_LITELLM to a litellm executable, or put litellm on the PATH",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -65,16 +75,11 @@ class Gateway:
         httpx.post(f"{self.sim}/_sim/faults", json=plan).raise_for_status()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _proxy_env(home: Path, master_key: str) -> dict[str, str]:
-    """Only what the proxy needs: no keys or proxies of ours, and nothing sent out."""
-    env = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL") if name in os.environ}
+    """Only what the proxy needs: no keys or proxies of ours, and nothing sent out (and the
+    test's mark, by which a session's end finds what it left)."""
+    keep = ("PATH", "LANG", "LC_ALL", OWNER_VAR)
+    env = {name: os.environ[name] for name in keep if name in os.environ}
     env.update(
         HOME=str(home),
         LITELLM_MASTER_KEY=master_key,
@@ -92,11 +97,7 @@ def _proxy_env(home: Path, master_key: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     executable = litellm_executable()
-    if executable is None:
-        pytest.skip(
-            "LiteLLM is not installed (it is no dependency of postledger): set "
-            "POSTLEDGER_TEST_LITELLM to a litellm executable, or put litellm on the PATH"
-        )
+    assert executable is not None  # (else the module is skipped)
     folder = tmp_path_factory.mktemp("litellm")
     master_key = f"sk-{secrets.token_hex(32)}"
     with simulator_process(latency=0.1, faults="create:http_500_after_create#1") as sim:
@@ -116,11 +117,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         }
         config_file = folder / "config.yaml"  # JSON is YAML
         config_file.write_text(json.dumps(config, indent=2), encoding="utf-8")
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         log = folder / "litellm.log"
-        with log.open("wb") as output:
-            process = subprocess.Popen(
+        with (
+            log.open("wb") as output,
+            running(
                 [executable, "--config", str(config_file), "--host", "127.0.0.1"]
                 + ["--port", str(port), "--num_workers", "1"],
                 cwd=folder,  # no .env of ours is read
@@ -128,17 +130,15 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
+            ) as process,
+        ):
+            problem = wait_answering(
+                process, f"{url}/health/liveliness", timeout=STARTUP_TIMEOUT, interval=0.25
             )
-            try:
-                problem = wait_answering(
-                    process, f"{url}/health/liveliness", timeout=STARTUP_TIMEOUT, interval=0.25
-                )
-                if problem:
-                    tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
-                    pytest.fail(f"the LiteLLM proxy {problem}; it said:\n{tail}")
-                yield Gateway(url, master_key, sim)
-            finally:
-                stop_child(process)
+            if problem:
+                tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
+                pytest.fail(f"the LiteLLM proxy {problem}; it said:\n{tail}")
+            yield Gateway(url, master_key, sim)
 
 
 def _send_through(gateway: Gateway) -> UpstreamError:

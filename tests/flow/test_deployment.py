@@ -8,6 +8,9 @@ Prefect API, the ledger, and the simulator's own charge log.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,8 +26,16 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
 from simulator.sample import generate_posts, write_posts
-from simulator.server import simulator_process
-from tests.conftest import REPO, Sim, ledger_text
+from tests.helpers import (
+    REPO,
+    Sim,
+    fresh_database,
+    ledger_text,
+    run_process,
+    simulator_process,
+    spawn,
+    stop,
+)
 from tests.prefect_server import PrefectServer
 
 pytestmark = pytest.mark.xdist_group("prefect_server")  # shares one real server with the UI test
@@ -45,9 +56,7 @@ class Deployed:
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> str:
-    done = subprocess.run(
-        args, env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
+    done = run_process(args, env=env, cwd=cwd)
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -57,12 +66,10 @@ def deployed(
     prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployed]:
     """Set up, deployed, with two workers polling the pool."""
-    from tests.conftest import PG_ADMIN_URL, fresh_pg_database
-
     work = tmp_path_factory.mktemp("deployed")
     env = prefect_server.client_env(work / "client-home")
-    for name in [n for n in env if n.startswith("POSTLEDGER_")]:
-        del env[name]  # the workers know only what the blocks say
+    for name in [n for n in env if n.startswith("POSTLEDGER_") and "_TEST_" not in n]:
+        del env[name]  # the workers know only what the blocks say (and the test's mark)
     env.update(
         {
             "PREFECT_WORKER_QUERY_SECONDS": "1",
@@ -72,7 +79,7 @@ def deployed(
     )
 
     with (
-        fresh_pg_database(PG_ADMIN_URL) as plain_url,
+        fresh_database() as plain_url,
         simulator_process(latency=0.5, api_key=API_KEY) as sim_url,
     ):
         # The same database, with a password in the URL: the ledger block keeps it secret.
@@ -91,26 +98,23 @@ def deployed(
             log = work / f"worker-{n}.log"
             with open(log, "wb") as sink:
                 workers.append(
-                    subprocess.Popen(
+                    spawn(
                         [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL],
                         env=env,
                         cwd=REPO,
                         stdout=sink,
                         stderr=subprocess.STDOUT,
-                        start_new_session=True,
                     )
                 )
             logs.append(log)
         try:
             yield Deployed(prefect_server, env, Sim(sim_url), ledger_url, work, logs)
         finally:
+            for worker in workers:  # both asked at once, then each waited for
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.pid, signal.SIGTERM)
             for worker in workers:
-                worker.terminate()
-            for worker in workers:
-                try:
-                    worker.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
+                stop(worker, timeout=20)
 
 
 _SAVE_BLOCKS = """

@@ -4,7 +4,6 @@ is a later issue; here the evidence must simply be there and nothing may be lost
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,11 +16,9 @@ from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchRecord, BatchStatus, PostStatus
-from tests.conftest import Sim, start_sim, write_jsonl
+from tests.helpers import MONTH, Sim, child_env, posts_file, spawn, start_sim, stop
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
-
-MONTH = "2026-10"
 POSTS = 80  # four batches: 25, 25, 25, 5
 
 
@@ -39,32 +36,22 @@ def sim_holding_creates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 def run_and_kill(
     tmp_path: Path, sim: Sim, ledger_url: str, ready: Callable[[Ledger, Sim], bool]
 ) -> None:
-    posts = write_jsonl(
-        tmp_path / "posts.jsonl",
-        [
-            f'{{"id": "p{i:03d}", "text": "Is the sync broken again? Day {i}."}}'
-            for i in range(POSTS)
-        ],
-    )
-    env = {
-        **os.environ,
-        "POSTLEDGER_UPSTREAM_URL": sim.url,
-        "POSTLEDGER_DATABASE_URL": ledger_url,
-    }
-    process = subprocess.Popen(
+    posts = posts_file(tmp_path / "posts.jsonl", POSTS, text="Is the sync broken again? Day {}.")
+    env = child_env(POSTLEDGER_UPSTREAM_URL=sim.url, POSTLEDGER_DATABASE_URL=ledger_url)
+    output = (tmp_path / "run.out").open("w+")
+    process = spawn(
         [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", str(posts)],
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
     db_file = tmp_path / "ledger.db"  # where the ledger_url fixture puts it
     watcher = None
     deadline = time.monotonic() + 120
     try:
         while True:
-            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+            assert process.poll() is None, (tmp_path / "run.out").read_text()
             assert time.monotonic() < deadline, "the run never reached the moment to kill it"
             if watcher is None and (db_file.exists() or not ledger_url.startswith("sqlite")):
                 watcher = Ledger(ledger_url, read_only=True)
@@ -76,8 +63,8 @@ def run_and_kill(
 
             time.sleep(0.2)
     finally:
-        os.killpg(process.pid, signal.SIGKILL)  # the flow, and Prefect's server with it
-        process.wait()
+        stop(process, first=signal.SIGKILL)  # the flow, and Prefect's server with it
+        output.close()
         if watcher is not None:
             watcher.close()
 

@@ -5,25 +5,20 @@ client and checked against the ledger and the simulator's charge log."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.conftest import Sim, ai_batch_slots_taken, start_sim, task_runs_of
+from tests.helpers import Sim, ai_batch_slots_taken, task_runs_of
 
 MONTH = "2026-06"
 
 
-@pytest.fixture
-def faulty(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
-    # The first output has one bad item (its post is retried); the second is not JSON at all
-    # (its batch fails and is split into halves).
-    yield from start_sim(monkeypatch, latency=0.1, faults="output:bad_field#1,output:not_json#2")
-
-
+# The first output has one bad item (its post is retried); the second is not JSON at all (its
+# batch fails and is split into halves).
+@pytest.mark.parametrize("faulty", ["output:bad_field#1,output:not_json#2"], indirect=True)
 def test_every_batch_is_one_task_run_named_by_its_id_whose_state_says_what_happened(
     prefect_harness: None,
     faulty: Sim,

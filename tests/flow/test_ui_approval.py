@@ -28,7 +28,7 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
-from tests.conftest import Sim, start_sim, write_jsonl
+from tests.helpers import Sim, posts_file, spawn, start_sim, stop
 from tests.prefect_server import PrefectServer
 
 MONTH = "2026-10"
@@ -78,9 +78,8 @@ def test_breaker_question_answered_in_the_prefect_ui(
 ) -> None:
     playwright = pytest.importorskip("playwright.sync_api")
     prefect_api = prefect_server.api_url
-    posts = write_jsonl(
-        tmp_path / f"{MONTH}.jsonl",
-        [f'{{"id": "p{i:02d}", "text": "Why does export fail, case {i}?"}}' for i in range(POSTS)],
+    posts = posts_file(
+        tmp_path / f"{MONTH}.jsonl", POSTS, ids="p{:02d}", text="Why does export fail, case {}?"
     )
     env = {
         **prefect_server.client_env(tmp_path / "prefect-client"),
@@ -95,7 +94,7 @@ def test_breaker_question_answered_in_the_prefect_ui(
     }
     run_log = tmp_path / "run.log"
     with open(run_log, "wb") as out:
-        run = subprocess.Popen(
+        run = spawn(
             [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", str(posts)],
             env=env,
             cwd=tmp_path,
@@ -121,7 +120,7 @@ def test_breaker_question_answered_in_the_prefect_ui(
         assert creates(failing_sim) >= 2 and failing_sim.charges() == []
 
         # The upstream is repaired; a person answers in the UI.
-        httpx.post(f"{failing_sim.url}/_sim/faults", json={"rules": []}).raise_for_status()
+        failing_sim.clear_faults()
         answer_in_the_ui(playwright, ui, prefect_server.ui_url, flow_run_id, tmp_path)
 
         wait_for(
@@ -132,9 +131,7 @@ def test_breaker_question_answered_in_the_prefect_ui(
         )
         assert run.wait(timeout=30) == 0, logs()
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        stop(run)
 
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     (asked,) = ledger.approvals.approvals(MONTH)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +12,19 @@ import pytest
 from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, Question
-from tests.conftest import REPO, write_jsonl
+from tests import helpers
+from tests.helpers import SAMPLE, write_jsonl
 
-SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
+
+def _setting(name: str) -> bool:
+    return name.startswith("POSTLEDGER_") and not name.startswith("POSTLEDGER_TEST_")
 
 
 def postledger(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect-home"), "COLUMNS": "200"}
-    env = {k: v for k, v in env.items() if not k.startswith("POSTLEDGER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """As in a fresh terminal: no postledger setting at all, a Prefect home of its own."""
+    env = helpers.child_env(PREFECT_HOME=str(cwd / ".prefect-home"), COLUMNS="200")
+    env = {k: v for k, v in env.items() if not _setting(k)}
+    return helpers.postledger(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 def test_help_explains_every_command(tmp_path: Path) -> None:

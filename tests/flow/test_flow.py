@@ -1,4 +1,4 @@
-"""The monthly flow end to end: Prefect test harness, the real simulator over loopback HTTP,
+"""The monthly flow end to end: a local Prefect server, the real simulator over loopback HTTP,
 a real SQLite ledger. The evidence is the ledger and the simulator's own charge log."""
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from postledger.batches.posts import load_posts
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
 from simulator.model import analyse
-from tests.conftest import REPO, Sim, ai_batch_slots_taken, task_runs_of
-
-SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
+from tests.helpers import SAMPLE, Sim
 
 
 def test_sample_month_completes_and_each_post_is_charged_once(
@@ -153,36 +151,3 @@ def test_month_on_a_postgresql_ledger(
         {f"g{i}": 1 for i in range(60)}
     )
     ledger.close()
-
-
-def test_batches_run_in_two_lanes_that_keep_their_slots_and_give_them_back(
-    prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from flows.monthly import monthly_posts
-
-    monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "5")
-    path = tmp_path / "2026-07.jsonl"
-    path.write_text(
-        "".join(f'{{"id": "l{i}", "text": "Is the lane {i} fast?"}}\n' for i in range(40)),
-        encoding="utf-8",
-    )
-    state = monthly_posts(month="2026-07", posts_path=str(path), return_state=True)
-    assert state.is_completed(), state
-    assert ledger.counts("2026-07")[PostStatus.COMPLETED] == 40
-    assert len(sim.charges()) == 8
-
-    # All sixteen HTTP calls are task runs of their own.
-    runs = task_runs_of(
-        state.state_details.flow_run_id,
-        lambda runs: sum(run.name.startswith(("create ", "wait ")) for run in runs) == 16,
-    )
-    names = [run.name for run in runs]
-    # Eight batches, always one ready when a lane's batch ended: two lanes, two slots taken
-    # once each instead of eight times ...
-    assert sorted(n for n in names if n.startswith("ai-batch lane")) == [
-        "ai-batch lane 1",
-        "ai-batch lane 2",
-    ]
-    assert sim.stats()["max_in_flight"] <= 2
-    # ... and given back when the month had nothing more to start.
-    assert ai_batch_slots_taken() == 0

@@ -1,0 +1,871 @@
+"""What the tests share, in one place: the `postledger` command in a subprocess, posts files,
+free ports, the simulator and its fault plans, quick timings, fresh PostgreSQL databases, the
+Prefect API of a pytest worker, and the clean-up that ends every process and drops every
+database a test started, however the session ends.
+
+Fixtures live in `tests/conftest.py` and use these; tests import from here, not from
+conftest.py nor from one another.
+
+Clean exits. Every child a test starts is started in a process group of its own (`spawn`) and
+its group is killed in a `finally` (`stop`, `running`, `postledger`). Behind that, two nets for
+what a `finally` never reached (a Ctrl-C at the wrong moment, a pytest worker killed by xdist):
+- every pytest process (the xdist controller and each worker) writes its mark,
+  `POSTLEDGER_TEST_OWNER=<run id>/<its pid>`, into its environment, and every process started
+  from it inherits it, grandchildren (a `postledger run`'s Prefect server) included. At its
+  end a process kills what it started and is still registered, then every process bearing its
+  own mark; the controller, last of all, every process bearing the run's id (Linux: read from
+  /proc/<pid>/environ);
+- every database is written down in the run's folder before it is created, and dropped by
+  whoever ends last (its creator, else the controller). A session start drops what killed
+  runs left behind (older than an hour: another run on this machine may be using the newer).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "data" / "posts" / "2026-10.jsonl"
+MONTH = "2026-10"
+
+# --- the ledger under test -------------------------------------------------------------------
+
+# Set by tests/conftest.py from POSTLEDGER_DATABASE_URL before it clears that (or by a bench
+# script): the suite's PostgreSQL pass puts every test's ledger on a fresh database there.
+LEDGER_UNDER_TEST = os.environ.get("POSTLEDGER_TEST_LEDGER_URL", "")
+LEDGER_ON_POSTGRES = LEDGER_UNDER_TEST.startswith("postgresql")
+sqlite_ledger_only = pytest.mark.skipif(
+    LEDGER_ON_POSTGRES, reason="about SQLite itself (its file, its write lock)"
+)
+# The cluster the tests create their databases in.
+PG_ADMIN_URL = (
+    LEDGER_UNDER_TEST
+    if LEDGER_ON_POSTGRES
+    else os.environ.get(
+        "POSTLEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+)
+
+
+# --- processes -------------------------------------------------------------------------------
+
+OWNER_VAR = "POSTLEDGER_TEST_OWNER"  # "<run id>/<pid of the pytest process that started it>"
+RUN_DIR_VAR = "POSTLEDGER_TEST_RUN_DIR"  # the run's folder: its id is the folder's name
+# What a pytest worker's own Prefect client runs with (see `local_prefect_api`) that no child
+# may inherit: a child `postledger run` starts its own local server, as a user's does.
+_WORKER_ONLY = {"PREFECT_API_URL"}
+
+_started: dict[int, subprocess.Popen[Any]] = {}  # pid -> process, each its group's leader
+_lock = threading.Lock()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the usual small race applies)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(base: Mapping[str, str] | None = None, **overrides: str) -> dict[str, str]:
+    """The environment for a child process, `overrides` on top: `base` as given, or this
+    process's own without what only this pytest worker's Prefect client may use."""
+    if base is None:
+        env = {k: v for k, v in os.environ.items() if k not in _WORKER_ONLY}
+    else:
+        env = dict(base)
+    env.update(overrides)
+    return env
+
+
+def spawn(args: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    """`subprocess.Popen` in a process group of its own (a Ctrl-C in the terminal reaches only
+    pytest, which then stops it), registered until `stop` ends it."""
+    process: subprocess.Popen[Any] = subprocess.Popen(args, start_new_session=True, **popen)
+    with _lock:
+        _started[process.pid] = process
+    return process
+
+
+def stop(
+    process: subprocess.Popen[Any], timeout: float = 10.0, *, first: int = signal.SIGTERM
+) -> None:
+    """End `process` and whatever it started in its group: `first` (SIGTERM) while it runs,
+    SIGKILL for it after `timeout` and for anything of its group still there (a local Prefect
+    server left by a `postledger` that crashed, on purpose or not). `first=signal.SIGKILL`:
+    a death with no chance to clean up, as a kill -9."""
+    try:
+        if process.poll() is None:
+            _signal_group(process.pid, first)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=timeout)
+        # Still reserved while any member is left, so the group id is this one's: no other
+        # process group can have it.
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        with _lock:
+            _started.pop(process.pid, None)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+@contextlib.contextmanager
+def running(args: list[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
+    """`spawn`, and `stop` at exit, whatever the exit."""
+    process = spawn(args, **popen)
+    try:
+        yield process
+    finally:
+        stop(process)
+
+
+def postledger(
+    *args: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    **extra_env: str,
+) -> subprocess.CompletedProcess[str]:
+    """One `postledger` command (`python -m cli`), as a person would type it (see
+    `run_process`)."""
+    command = [sys.executable, "-m", "cli", *args]
+    return run_process(command, cwd=cwd, env=env, timeout=timeout, **extra_env)
+
+
+def run_process(
+    command: list[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    **extra_env: str,
+) -> subprocess.CompletedProcess[str]:
+    """Run `command` to its end in a process group of its own, killed with whatever it left
+    running (a `postledger`'s local Prefect server, after a crash). `env`: the whole
+    environment (default: this one's, see `child_env`), `extra_env` on top. Output goes to
+    files: an orphan holding a pipe open could not block the test."""
+    environment = child_env(env, **extra_env)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = spawn(
+            command, cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+        )
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(process)
+            out.seek(0)
+            err.seek(0)
+            raise AssertionError(
+                f"`{' '.join(command)}` did not end within {timeout:g} s:\n"
+                f"{out.read()[-4000:]}\n{err.read()[-4000:]}"
+            ) from None
+        finally:
+            stop(process)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+
+
+def _marked(accept: Callable[[str], bool]) -> list[int]:
+    """Live processes (not this one, not zombies) whose environment bears an accepted mark."""
+    needle = f"{OWNER_VAR}=".encode()
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []  # no /proc: only what is registered is stopped
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as file:
+                environ = file.read()
+        except OSError:
+            continue
+        if started_at(int(name)) is None:
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(needle):
+                if accept(item[len(needle) :].decode(errors="replace")):
+                    found.append(int(name))
+                break
+    return found
+
+
+def started_at(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), None if it is gone or a zombie:
+    with its pid, what tells it from a later process that got the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == b"Z" else int(fields[19])
+
+
+def _kill_marked(accept: Callable[[str], bool], grace: float = 5.0) -> list[int]:
+    """SIGTERM the marked processes, SIGKILL those still there after `grace` seconds."""
+    first = _marked(accept)
+    for pid in first:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (left := _marked(accept)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return first
+
+
+def run_id() -> str | None:
+    run_dir = os.environ.get(RUN_DIR_VAR)
+    return Path(run_dir).name if run_dir else None
+
+
+def begin_run() -> Path:
+    """In the process that leads the session (the xdist controller, or pytest without xdist):
+    a new run, its folder, and the mark of this process. The workers inherit both."""
+    run_dir = Path(tempfile.mkdtemp(prefix="postledger-test-run-"))
+    os.environ[RUN_DIR_VAR] = str(run_dir)
+    join_run()
+    return run_dir
+
+
+def join_run() -> None:
+    """Mark what this pytest process starts from now on as its own."""
+    if (run := run_id()) is not None:
+        os.environ[OWNER_VAR] = f"{run}/{os.getpid()}"
+
+
+def end_own_processes(*, registered_only: bool = False) -> None:
+    """Stop every registered process still running, then (unless `registered_only`) every
+    process bearing this process's mark: what registered ones started, what a test started
+    without `spawn`. (The xdist controller's mark is on its workers too: it sweeps last.)"""
+    with _lock:
+        left = list(_started.values())
+    for process in left:
+        stop(process, timeout=5)
+    if registered_only:
+        return
+    if (mark := os.environ.get(OWNER_VAR)) and mark.endswith(f"/{os.getpid()}"):
+        _kill_marked(lambda value: value == mark)
+
+
+def end_run() -> None:
+    """The session leader's last word: every process of the run ended, every database it
+    wrote down dropped, its folder removed."""
+    end_own_processes()
+    if (run := run_id()) is None:
+        return
+    _kill_marked(lambda value: value.startswith(f"{run}/"))
+    run_dir = Path(os.environ[RUN_DIR_VAR])
+    for name, admin in _listed_databases(run_dir):
+        _drop_database(admin, name)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# --- PostgreSQL databases ------------------------------------------------------------------
+
+TEST_DATABASE_PREFIXES = ("postledger_test", "postledger_prefect")
+_STAMPED = re.compile(r"^[a-z_]+_(\d{10})_[0-9a-f]{8}$")
+_created: dict[str, str] = {}  # name -> libpq admin URL, until dropped
+
+
+def _libpq(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def postgres_available(admin_url: str = PG_ADMIN_URL) -> bool:
+    """Whether the PostgreSQL of `admin_url` answers."""
+    import psycopg
+
+    try:
+        with psycopg.connect(_libpq(admin_url), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.OperationalError:
+        return False
+
+
+@contextlib.contextmanager
+def fresh_database(
+    prefix: str = "postledger_test",
+    admin_url: str = PG_ADMIN_URL,
+    *,
+    drivername: str | None = None,
+    template: str | None = None,
+) -> Iterator[str]:
+    """A new PostgreSQL database, empty (or a copy of `template`); yields its URL (the admin
+    URL's driver, or `drivername`), and drops it at exit (WITH FORCE: a server still
+    connected does not keep it). Named `<prefix>_<unix time>_<random>`: how old a leftover
+    is shows in its name."""
+    name = _create_database(prefix, admin_url, template)
+    try:
+        yield _database_url(admin_url, name, drivername)
+    finally:
+        _drop_database(_libpq(admin_url), name)
+
+
+def _create_database(prefix: str, admin_url: str, template: str | None = None) -> str:
+    import psycopg
+    from psycopg import sql
+
+    name = f"{prefix}_{int(time.time())}_{uuid.uuid4().hex[:8]}".lower()
+    admin = _libpq(admin_url)
+    _write_down(name, admin)  # before it exists: a kill between the two loses nothing
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(create)
+    return name
+
+
+def _database_url(admin_url: str, name: str, drivername: str | None = None) -> str:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(admin_url).set(database=name)
+    if drivername is not None:
+        url = url.set(drivername=drivername)
+    return url.render_as_string(hide_password=False)
+
+
+_ledger_templates: dict[str, str] = {}  # admin URL -> this process's template database
+
+
+def fresh_ledger_database(admin_url: str = PG_ADMIN_URL) -> contextlib.AbstractContextManager[str]:
+    """A new PostgreSQL database holding an empty ledger of the newest schema: a copy of a
+    template the migrations made once in this process (migrating each test's own database
+    costs a second or more of the PostgreSQL pass's time per test). For tests whose ledger
+    the suite decides; a test of the migrations themselves takes `fresh_database`."""
+    if (template := _ledger_templates.get(admin_url)) is None:
+        from postledger.ledger import Ledger
+
+        template = _create_database("postledger_test_template", admin_url)
+        Ledger(_database_url(admin_url, template)).close()
+        _ledger_templates[admin_url] = template  # dropped with this process's databases
+    return fresh_database("postledger_test", admin_url, template=template)
+
+
+def _write_down(name: str, admin: str) -> None:
+    with _lock:
+        _created[name] = admin
+    if run_dir := os.environ.get(RUN_DIR_VAR):
+        with contextlib.suppress(OSError), open(Path(run_dir) / "databases", "a") as file:
+            file.write(json.dumps([name, admin]) + "\n")
+
+
+def _listed_databases(run_dir: Path) -> list[tuple[str, str]]:
+    try:
+        lines = (run_dir / "databases").read_text().splitlines()
+    except OSError:
+        return []
+    return [tuple(json.loads(line)) for line in lines if line.strip()]  # type: ignore[misc]
+
+
+def _drop_database(admin: str, name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+    except psycopg.Error:
+        return  # kept in the list: the session's end tries again
+    with _lock:
+        _created.pop(name, None)
+
+
+def drop_own_databases() -> None:
+    with _lock:
+        left = list(_created.items())
+    for name, admin in left:
+        _drop_database(admin, name)
+
+
+def ages_of_test_databases(admin_url: str = PG_ADMIN_URL) -> dict[str, float]:
+    """The tests' databases in the cluster now, each with its age in seconds (from its name,
+    else from its folder's creation; `inf` when neither can be read)."""
+    import psycopg
+
+    ages: dict[str, float] = {}
+    with psycopg.connect(_libpq(admin_url), autocommit=True, connect_timeout=3) as conn:
+        rows = conn.execute("SELECT datname, oid FROM pg_database").fetchall()
+        now = time.time()
+        for name, oid in rows:
+            if not name.startswith(tuple(f"{p}_" for p in TEST_DATABASE_PREFIXES)):
+                continue
+            if stamped := _STAMPED.match(name):
+                ages[name] = now - int(stamped.group(1))
+                continue
+            try:  # named before names carried their time: the folder's PG_VERSION file
+                (made,) = conn.execute(
+                    "SELECT extract(epoch FROM (pg_stat_file(%s)).modification)",
+                    (f"base/{oid}/PG_VERSION",),
+                ).fetchone() or (None,)
+                ages[name] = now - float(made) if made is not None else float("inf")
+            except psycopg.Error:
+                ages[name] = float("inf")
+    return ages
+
+
+def drop_leftover_databases(older_than: float = 3600.0) -> list[str]:
+    """Drop the tests' databases older than `older_than` seconds: left by runs that were
+    killed before they could drop them. Newer ones may belong to a run going on now."""
+    if not postgres_available():
+        return []
+    admin = _libpq(PG_ADMIN_URL)
+    old = [name for name, age in ages_of_test_databases().items() if age > older_than]
+    for name in old:
+        _drop_database(admin, name)
+    return old
+
+
+# --- a pytest worker's Prefect API -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def local_prefect_api(home: Path) -> Iterator[str]:
+    """The project's own local Prefect server (`flows/local_server.py`: SQLite writes opened
+    BEGIN IMMEDIATE), on its own PREFECT_HOME `home`, with this process's Prefect client
+    pointed at it as `postledger run` points its own, threads included. Yields the API URL.
+
+    Only this process talks to it: the server sets PREFECT_API_URL and its client settings in
+    the environment; the Prefect ones are given to Prefect's settings here (Prefect was
+    imported long before) and taken out of the environment, and `child_env` leaves all of
+    them out, so that a child `postledger run` starts its own local server (as a user's does)
+    on the worker's PREFECT_HOME, which this server's lock does not hold."""
+    import prefect.context
+    import prefect.settings
+    from prefect.settings import temporary_settings
+
+    from flows.local_server import local_prefect_server
+
+    with contextlib.ExitStack() as stack:
+        worker_home = os.environ.get("PREFECT_HOME")
+        os.environ["PREFECT_HOME"] = str(home)
+        try:
+            before = dict(os.environ)
+            api_url = stack.enter_context(local_prefect_server())
+            given = {k: v for k, v in os.environ.items() if before.get(k) != v}
+        finally:
+            if worker_home is None:
+                os.environ.pop("PREFECT_HOME", None)
+            else:
+                os.environ["PREFECT_HOME"] = worker_home
+        _WORKER_ONLY.update(given)
+        updates: dict[Any, Any] = {}
+        for name, value in given.items():
+            if name.startswith("PREFECT_") and hasattr(prefect.settings, name):
+                updates[getattr(prefect.settings, name)] = value
+                del os.environ[name]
+            # (the others, postledger's local-server flag, stay: the flows read them here)
+        stack.enter_context(temporary_settings(updates=updates))
+        # Threads a test starts see the global settings context, not this thread's.
+        stack.enter_context(
+            prefect.context._temporary_global_settings_context(
+                prefect.context.get_settings_context()
+            )
+        )
+        stack.callback(_drain_events)
+        yield api_url
+
+
+def _drain_events() -> None:
+    """Send the events still queued before the server stops (as Prefect's harness does)."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    with contextlib.suppress(Exception):
+        run_coro_as_sync(drain())
+
+
+def ai_batch_slots_taken() -> int:
+    """`tag:ai-batch` slots counted as taken by the current Prefect API."""
+    from prefect import get_client
+
+    from flows.limits import tag_limit_name
+
+    with get_client(sync_client=True) as client:
+        return client.read_global_concurrency_limit_by_name(tag_limit_name()).active_slots
+
+
+def task_runs_of(
+    flow_run_id: UUID, ready: Callable[[list[Any]], bool], timeout: float = 30.0
+) -> list[Any]:
+    """A flow run's task runs, once `ready` says they are all there: task runs reach the API
+    through events, a little after the flow run itself ended."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_task_runs(flow_run_filter=flow_run)
+            if ready(runs):
+                return runs
+            assert time.monotonic() < deadline, [run.name for run in runs]
+            time.sleep(0.2)
+
+
+def flow_run_state(flow_run_id: str) -> str:
+    """The state type of a flow run on the current Prefect API ("PAUSED", ...)."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(flow_run_id)).state
+        return state.type.value if state else "NONE"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """`check()`'s first truthy value, looked for every 0.1 s for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def in_background(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """`target()` in a daemon thread; its result, or the exception it raised, lands in the
+    dict as "result" or "error"."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = target()
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+# --- the simulator -------------------------------------------------------------------------
+
+UPSTREAM_KINDS = ("task_api", "openai_chat", "openai_batch")
+
+
+class Sim:
+    """A running simulator and its evidence endpoints."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @property
+    def upstream(self) -> str:
+        """The name its breaker has in the ledger (its host and port)."""
+        return self.url.removeprefix("http://")
+
+    def charges(self) -> list[dict[str, Any]]:
+        charges: list[dict[str, Any]] = httpx.get(f"{self.url}/_sim/charges").json()["charges"]
+        return charges
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self.url}/_sim/stats").json()
+        return stats
+
+    def creates(self) -> int:
+        return int(self.stats()["requests"].get("create", 0))
+
+    def charged_per_post(self) -> Counter[str]:
+        return Counter(pid for charge in self.charges() for pid in charge["post_ids"])
+
+    def set_faults(self, rules: list[dict[str, Any]], seed: int = 0) -> None:
+        """A new fault plan in force (its counts start again); `[]`: no more faults."""
+        plan = {"seed": seed, "rules": rules}
+        httpx.post(f"{self.url}/_sim/faults", json=plan).raise_for_status()
+
+    def clear_faults(self) -> None:
+        self.set_faults([])
+
+
+class _Simulators:
+    """The simulator processes of this pytest process, each reused test after test: a start
+    costs a second of CPU, a reset (`POST /_sim/reset`) next to nothing. What a reset cannot
+    change (the API key, the create delay) picks the process; a scenario file gets a new one."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str | None, float], list[str]] = {}
+        self._running = contextlib.ExitStack()
+
+    @contextlib.contextmanager
+    def lease(
+        self,
+        *,
+        latency: float = 1.0,
+        seed: int = 0,
+        faults: str | None = None,
+        honour_keys: bool = True,
+        api_key: str | None = None,
+        create_delay: float = 0.0,
+        scenario: str | None = None,
+    ) -> Iterator[str]:
+        from simulator import server
+
+        if scenario is not None:
+            options = {"latency": latency, "seed": seed, "faults": faults, "scenario": scenario}
+            with server.simulator_process(
+                own_process_group=True,
+                **options,
+                honour_keys=honour_keys,
+                api_key=api_key,
+                create_delay=create_delay,
+            ) as url:
+                yield url
+            return
+        kind = (api_key, create_delay)
+        url = self._take(kind)
+        try:
+            reset = {"latency": latency, "seed": seed, "honour_keys": honour_keys, "faults": faults}
+            answer = httpx.post(f"{url}/_sim/reset", json=reset, timeout=30)
+            if answer.status_code == 422:
+                raise RuntimeError(f"the simulator did not start (it said {answer.text!r})")
+            answer.raise_for_status()
+            yield url
+        finally:
+            self._idle.setdefault(kind, []).append(url)
+
+    def _take(self, kind: tuple[str | None, float]) -> str:
+        from simulator import server
+
+        while self._idle.get(kind):
+            url = self._idle[kind].pop()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/_sim/stats", timeout=5).is_success:
+                    return url  # (one that died is left to the session's end)
+        api_key, create_delay = kind
+        return self._running.enter_context(
+            server.simulator_process(
+                own_process_group=True, api_key=api_key, create_delay=create_delay
+            )
+        )
+
+    def close(self) -> None:
+        self._idle.clear()
+        self._running.close()
+
+
+SIMULATORS = _Simulators()
+
+
+def simulator_process(**options: Any) -> contextlib.AbstractContextManager[str]:
+    """A simulator as if just started with `options` (those of
+    `simulator.server.simulator_process`); yields its base URL. One of this process's
+    simulators, reset (see `_Simulators`), in a process group of its own."""
+    return SIMULATORS.lease(**options)
+
+
+def start_sim(monkeypatch: Any, kind: str = "task_api", **options: Any) -> Iterator[Sim]:
+    """The simulator, and the settings that point at it (a generator, for fixtures to `yield
+    from`). `kind` is the upstream's protocol: the task API, or the simulator's OpenAI face
+    (`openai_chat`, `openai_batch`: the base URL with its /v1, as the openai SDK takes it).
+    As it honours idempotency keys (unless told not to), the upstream is configured as
+    honouring them, as a user would."""
+    with simulator_process(**options) as url:
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", url if kind == "task_api" else f"{url}/v1")
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_KIND", kind)
+        honours = str(options.get("honour_keys", True)).lower()
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", honours)
+        yield Sim(url)
+
+
+def fast_timings(monkeypatch: Any, **settings: str) -> None:
+    """Short request back-off and rate-limit wait for tests, plus any other `POSTLEDGER_*`
+    setting given by its field name (`poll_wait="0.5"`)."""
+    values = {"request_backoff": "0.05", "rate_limit_wait": "1", **settings}
+    for name, value in values.items():
+        monkeypatch.setenv(f"POSTLEDGER_{name.upper()}", value)
+
+
+# --- posts files and runs of a month ---------------------------------------------------------
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def posts_file(
+    path: Path, n: int, *, ids: str = "p{:03d}", text: str = "Why is the app slow, day {}?"
+) -> Path:
+    """`n` posts, one JSON object a line: ids and texts from the formats, numbered from 0."""
+    return write_jsonl(
+        path,
+        [json.dumps({"id": ids.format(i), "text": text.format(i)}) for i in range(n)],
+    )
+
+
+def month_posts(tmp_path: Path, n: int) -> str:
+    """`n` posts of MONTH in the test's folder (`p000`, ...); the path as text."""
+    return str(posts_file(tmp_path / f"{MONTH}.jsonl", n))
+
+
+def run_flow(tmp_path: Path, n: int, **answers: Any) -> dict[str, Any]:
+    """The monthly flow, in this process, on `n` posts of MONTH."""
+    from flows.monthly import monthly_posts
+
+    result: dict[str, Any] = monthly_posts(
+        month=MONTH, posts_path=month_posts(tmp_path, n), **answers
+    )
+    return result
+
+
+def run_month(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`postledger run` of twelve posts of MONTH, in a process of its own, from the test's
+    folder (with the worker's PREFECT_HOME: migrated once)."""
+    posts = posts_file(
+        tmp_path / "posts.jsonl", 12, ids="p{:02d}", text="Login loops back to the start, case {}."
+    )
+    return postledger("run", "--month", MONTH, "--posts", str(posts), *flags, cwd=tmp_path, **env)
+
+
+def statuses(ledger: Any, month: str = MONTH) -> Counter[str]:
+    return Counter(p.status.value for p in ledger.posts(month))
+
+
+def assert_attempts_are_charges(ledger: Any, sim: Sim, month: str = MONTH) -> None:
+    """For every post: charged upstream tasks that contain it == its business attempts."""
+    charged = sim.charged_per_post()
+    posts = ledger.posts(month)
+    assert {p.post_id: p.attempts for p in posts} == {
+        p.post_id: charged.get(p.post_id, 0) for p in posts
+    }
+
+
+def ledger_text(url: str) -> str:
+    """Every row of every table of a ledger, as text: to search it for what must not be there."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(url)
+    rows = []
+    with engine.connect() as connection:
+        for table in inspect(connection).get_table_names():
+            rows += [str(row) for row in connection.execute(text(f'SELECT * FROM "{table}"'))]
+    engine.dispose()
+    return "\n".join(rows)
+
+
+# --- bad input files (the loader's tests and the flow's) -------------------------------------
+
+GOOD = '{"id": "a", "text": "hello"}'
+BAD_FILES: dict[str, tuple[list[str], int, str, str]] = {
+    "malformed_json": (
+        ['{"id": "a", "text": "hello"}', '{"id": "b", "text": "x"'],
+        2,
+        "malformed JSON",
+        "one JSON object per line",
+    ),
+    "not_an_object": ([GOOD, '["b", "x"]'], 2, "JSON array instead of an object", "JSON object"),
+    "missing_id": ([GOOD, '{"text": "x"}'], 2, 'missing "id"', 'add "id"'),
+    "empty_id": ([GOOD, '{"id": "  ", "text": "x"}'], 2, '"id" is', "non-empty"),
+    "missing_text": ([GOOD, '{"id": "b"}'], 2, 'missing "text"', 'add "text"'),
+    "empty_text": ([GOOD, '{"id": "b", "text": ""}'], 2, '"text" is', "non-empty string"),
+    "text_not_string": ([GOOD, '{"id": "b", "text": 42}'], 2, '"text" is 42', "non-empty string"),
+    "duplicate_id": (
+        [GOOD, '{"id": "b", "text": "x"}', '{"id": "a", "text": "y"}'],
+        3,
+        'duplicate id "a" (first on line 1)',
+        "its own id",
+    ),
+}
+
+
+def ledger_snapshot(ledger: Any) -> dict[str, list[tuple[object, ...]]]:
+    """The rows of the posts, batches and events tables, in a fixed order."""
+    from sqlalchemy import text
+
+    with ledger.engine.connect() as conn:
+        return {
+            table: [
+                tuple(row) for row in conn.execute(text(f"SELECT * FROM {table} ORDER BY 1, 2"))
+            ]
+            for table in ("posts", "batches", "events")
+        }
+
+
+# --- ledgers of an older schema (the migrations' tests and the ledger's) ---------------------
+
+
+def ledger_at_baseline(
+    url: str,
+    *,
+    post_id: str = "p1",
+    fingerprint: str = "f" * 64,
+    status: str = "COMPLETED",
+    result: str | None = '{"category": "praise"}',
+) -> None:
+    """A ledger as issues 2–3 left it (schema revision 0001), holding one post of 2026-10
+    whose text is 'hello'."""
+    from sqlalchemy import text
+
+    from postledger.record.db import make_engine
+    from postledger.record.migrate import upgrade
+
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO posts (month, post_id, position, text, fingerprint, status, "
+                "attempts, requeues, result, created_at, updated_at) VALUES ('2026-10', :id, 0, "
+                "'hello', :fp, :status, 1, 0, :result, :at, :at)"
+            ),
+            {
+                "id": post_id,
+                "fp": fingerprint,
+                "status": status,
+                "result": result,
+                "at": "2026-10-02 10:00:00+00",
+            },
+        )
+    engine.dispose()
+
+
+def _at_exit() -> None:
+    SIMULATORS.close()
+    end_own_processes()
+    drop_own_databases()
+
+
+atexit.register(_at_exit)
