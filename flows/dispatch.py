@@ -136,7 +136,8 @@ class Dispatch:
         if isinstance(phase, Sending) and phase.checking is not None:
             if self.ledger.still_queued({phase.checking}):
                 return
-            self.phase = phase = replace(phase, checking=None)
+            # Past its budget check: a later hold is a new one, worth its own second look.
+            self.phase = phase = Sending()
         if not isinstance(phase, Sending):
             return
         room = window(self.breaker_level(), self.settings.max_in_flight) - len(self.runs.in_flight)

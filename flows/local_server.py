@@ -233,8 +233,8 @@ def local_prefect_server(startup_timeout: float | None = None) -> Iterator[str]:
 
 def _command_line() -> str:
     name = Path(sys.argv[0]).name if sys.argv else "python"
-    if name == "__main__.py":  # `python -m postledger`
-        name = Path(sys.argv[0]).parent.name
+    if name == "__main__.py":  # `python -m cli`: the `postledger` command by another name
+        name = "postledger" if Path(sys.argv[0]).parent.name == "cli" else "python"
     return " ".join([name, *sys.argv[1:]])
 
 
