@@ -252,7 +252,12 @@ def _one_certificate(home: Path) -> Path:
 
 
 def _serve(home: Path, startup_timeout: float) -> Iterator[str]:
-    port = _free_port()
+    # The socket is bound here and handed to the server (`--fd`): a port merely found free
+    # could be taken by another process before the server binds it, and that process would
+    # then answer this run's health checks.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port: int = listener.getsockname()[1]
     env = {
         **os.environ,
         _LOCKED_HOME: str(home),
@@ -269,17 +274,17 @@ def _serve(home: Path, startup_timeout: float) -> Iterator[str]:
             "uvicorn",
             "--factory",
             "flows.local_server:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            "--fd",
+            str(listener.fileno()),
             "--log-level",
             "error",
             "--lifespan",
             "on",
         ],
         env=env,
+        pass_fds=(listener.fileno(),),
     )
+    listener.close()  # the server has its own copy
     api_url = f"http://127.0.0.1:{port}/api"
     client_settings = {**CLIENT_SETTINGS, CA_FILE_SETTING: str(_one_certificate(home))}
     saved = {name: os.environ.get(name) for name in ("PREFECT_API_URL", *client_settings)}
