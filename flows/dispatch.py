@@ -220,7 +220,7 @@ class Dispatch:
             case HeldByBudget(why=why):
                 return self.ask(
                     lambda: ask_about_budget(self.ledger, self.month, self.settings, why),
-                    budget_stop,
+                    self.budget_stop,
                 )
         if self.breaker_level() is BreakerLevel.OPEN and (
             self.to_poll or work_left(self.ledger, self.month, self.crashed)
@@ -250,11 +250,14 @@ class Dispatch:
             if answer is Answer.CONTINUE:
                 self.phase = Sending()
                 return None
-            if isinstance(self.phase, HeldByBudget):
-                self.ledger.replan_unsent(self.month)  # not sent: back to pending, uncharged
+            return Finished(stopped(answer))
         except LedgerUnavailable as exc:
             return Finished(ledger_stop(exc, set(), self.settings, self.month))
-        return Finished(stopped(answer))
+
+    def budget_stop(self, answer: Answer) -> str:
+        """No yes to cross the budget: what was not sent goes back to pending, uncharged."""
+        self.ledger.replan_unsent(self.month)
+        return f"the month's budget would be crossed and {said(answer)}."
 
     def nap(self, wake: datetime | None) -> None:
         """Wait for the next post's wait to be over, or for a probe's hold to pass."""
@@ -300,10 +303,6 @@ def ledger_stop(
         f"{settings.spill_file(month)}, which the next run imports first. Fix the database, "
         "then run again."
     )
-
-
-def budget_stop(answer: Answer) -> str:
-    return f"the month's budget would be crossed and {said(answer)}."
 
 
 def said(answer: Answer) -> str:
