@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -18,7 +18,7 @@ from postledger.ledger import Ledger
 from postledger.progress.status import failures_table, progress_of, status_of, status_table
 from postledger.record.models import Question
 from postledger.settings import Settings, UpstreamKind
-from simulator.server import simulator_process
+from simulator.server import StartingSimulator, starting_simulator
 
 
 def run_month(
@@ -39,41 +39,44 @@ def run_month(
         console.print(f"[red]error:[/] {exc}")
         return 2
 
-    from flows.local_server import LocalServerBusy, local_prefect_server
+    from flows.local_server import LocalServer, LocalServerBusy, starting_local_prefect_server
 
-    # Prefect's local mode, through our launcher (see flows/local_server.py for why), unless
-    # the user points us at a Prefect server of their own.
-    prefect_server: AbstractContextManager[object] = (
-        nullcontext() if os.environ.get("PREFECT_API_URL") else local_prefect_server()
-    )
     with ExitStack() as running:
-        # The server first: when another run holds this PREFECT_HOME's local server, this run
-        # is refused before it starts anything or touches the ledger.
-        try:
-            running.enter_context(prefect_server)
-        except LocalServerBusy as exc:
-            console.print(f"[red]error:[/] {escape(exc.message)}")
-            return 1
-        simulator: AbstractContextManager[str | None] = nullcontext(settings.upstream_url)
+        # Prefect's local mode, through our launcher (see flows/local_server.py for why), unless
+        # the user points us at a Prefect server of their own. The server first: when another
+        # run holds this PREFECT_HOME's local server, this run is refused before it starts
+        # anything or touches the ledger.
+        server: LocalServer | None = None
+        if not os.environ.get("PREFECT_API_URL"):
+            try:
+                server = running.enter_context(starting_local_prefect_server())
+            except LocalServerBusy as exc:
+                console.print(f"[red]error:[/] {escape(exc.message)}")
+                return 1
+        simulator: StartingSimulator | None = None
         if not settings.upstream_url:
             console.print(
                 "[yellow]No upstream configured (POSTLEDGER_UPSTREAM_URL): using the bundled "
                 "simulator. No real AI is called and nothing is paid.[/]"
             )
-            simulator = simulator_process(latency=sim_latency)
+            simulator = running.enter_context(starting_simulator(latency=sim_latency))
             # One name for every run's simulator, whatever its port: its breaker persists (R18).
             os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
             # The bundled simulator honours idempotency keys, as the task API kind may not.
             os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
-        url = running.enter_context(simulator)
-        if not settings.upstream_url and settings.upstream_kind is not UpstreamKind.TASK_API:
+        # Prefect is imported while the server and the simulator start (a few seconds each):
+        # the environment already points it at the server.
+        from flows.monthly import RunStopped, monthly_posts
+
+        url = settings.upstream_url if simulator is None else simulator.wait_ready()
+        if simulator is not None and settings.upstream_kind is not UpstreamKind.TASK_API:
             url = f"{url}/v1"  # the simulator's OpenAI face: a base URL with its version
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
+        if server is not None:
+            server.wait_ready()
         ledger = Ledger(settings.resolved_database_url())
         stopped: str | None = None
         with _progress_bar(ledger, month, total, console):
-            from flows.monthly import RunStopped, monthly_posts
-
             try:
                 monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)
             except InputError as exc:

@@ -36,11 +36,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from postledger.children import stop_child, wait_answering
+from postledger.children import start_child, stop_child, wait_answering, watch_parent
 
 
 def create_app() -> Any:
     """uvicorn factory: Prefect's server app, with SQLite writes opened IMMEDIATE."""
+    watch_parent()  # a private server: it never outlives the run that started it
     _check_home()
     from prefect.server.api.server import create_app as prefect_app
     from prefect.server.database.configurations import AioSqliteConfiguration
@@ -211,12 +212,45 @@ def _startup_timeout_from_environment() -> float:
         ) from None
 
 
+class LocalServer:
+    """A local server that was started and may not answer yet. The environment already points
+    Prefect's client at it, so Prefect may be imported while it starts; `wait_ready` before the
+    first call to it."""
+
+    def __init__(self, process: subprocess.Popen[Any], api_url: str, timeout: float) -> None:
+        self.api_url = api_url
+        self._process = process
+        self._timeout = timeout
+        self._ready = False
+
+    def wait_ready(self) -> str:
+        """The API URL, once the server answers; RuntimeError if it does not."""
+        if not self._ready:
+            if problem := wait_answering(
+                self._process, f"{self.api_url}/health", timeout=self._timeout
+            ):
+                self._process.kill()
+                raise RuntimeError(
+                    f"the local Prefect server {problem} (on a slow or busy machine, set "
+                    f"{STARTUP_TIMEOUT_SETTING} to wait longer)"
+                )
+            self._ready = True
+        return self.api_url
+
+
 @contextmanager
 def local_prefect_server(startup_timeout: float | None = None) -> Iterator[str]:
     """Start the server, point this process's Prefect client at it, stop it afterwards.
-    Yields the API URL. Prefect's data lives under PREFECT_HOME as in ephemeral mode.
-    `startup_timeout`: by default Prefect's own setting for its ephemeral server where set,
-    else 60 s."""
+    Yields the API URL once the server answers. Prefect's data lives under PREFECT_HOME as in
+    ephemeral mode. `startup_timeout`: by default Prefect's own setting for its ephemeral
+    server where set, else 60 s."""
+    with starting_local_prefect_server(startup_timeout) as server:
+        yield server.wait_ready()
+
+
+@contextmanager
+def starting_local_prefect_server(startup_timeout: float | None = None) -> Iterator[LocalServer]:
+    """As `local_prefect_server`, without waiting for the server to answer."""
     if startup_timeout is None:
         startup_timeout = _startup_timeout_from_environment()
     home = prefect_home()
@@ -244,10 +278,11 @@ def _one_certificate(home: Path) -> Path:
     return path
 
 
-def _serve(home: Path, startup_timeout: float) -> Iterator[str]:
+def _serve(home: Path, startup_timeout: float) -> Iterator[LocalServer]:
     # The socket is bound here and handed to the server (`--fd`): a port merely found free
     # could be taken by another process before the server binds it, and that process would
-    # then answer this run's health checks.
+    # then answer this run's health checks. Bound first, the URL is known before the server
+    # answers, and the client settings can be in place before anything imports Prefect.
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     port: int = listener.getsockname()[1]
@@ -260,36 +295,32 @@ def _serve(home: Path, startup_timeout: float) -> Iterator[str]:
         "PREFECT__SERVER_EPHEMERAL": "1",
         "PREFECT__SERVER_FINAL": "1",
     }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "flows.local_server:create_app",
-            "--fd",
-            str(listener.fileno()),
-            "--log-level",
-            "error",
-            "--lifespan",
-            "on",
-        ],
-        env=env,
-        pass_fds=(listener.fileno(),),
-    )
-    listener.close()  # the server has its own copy
+    try:
+        process = start_child(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "flows.local_server:create_app",
+                "--fd",
+                str(listener.fileno()),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ],
+            env=env,
+            pass_fds=(listener.fileno(),),
+        )
+    finally:
+        listener.close()  # the server has its own copy
     api_url = f"http://127.0.0.1:{port}/api"
     client_settings = {**CLIENT_SETTINGS, CA_FILE_SETTING: str(_one_certificate(home))}
     saved = {name: os.environ.get(name) for name in ("PREFECT_API_URL", *client_settings)}
     try:
-        if problem := wait_answering(process, f"{api_url}/health", timeout=startup_timeout):
-            process.kill()
-            raise RuntimeError(
-                f"the local Prefect server {problem} (on a slow or busy machine, set "
-                f"{STARTUP_TIMEOUT_SETTING} to wait longer)"
-            )
         os.environ.update({"PREFECT_API_URL": api_url, **client_settings})
-        yield api_url
+        yield LocalServer(process, api_url, startup_timeout)
     finally:
         for name, value in saved.items():
             if value is None:

@@ -1,12 +1,79 @@
-"""Child processes that postledger starts (the simulator, the local Prefect server)."""
+"""Child processes that postledger starts (the simulator, the local Prefect server), and the
+lifeline that ends them when their parent dies, however it dies.
+
+Why a lifeline: a parent that is killed (`kill -9`, `os._exit` at a crash point, the OOM
+killer) runs no clean-up, and its children were seen running for minutes without a parent. The
+parent keeps the write end of a pipe whose read end only the child holds; the kernel closes
+the write end when the parent dies, the child's read then returns, and the child stops itself.
+Portable (no Linux-only `PR_SET_PDEATHSIG`), and it cannot fire while the parent lives.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
+
+# The read end's file descriptor number, in the child's environment.
+LIFELINE_VAR = "POSTLEDGER_PARENT_LIFELINE_FD"
+# After the parent is gone, how long a child may take to stop cleanly before it is ended.
+_GRACE_SECONDS = 10.0
+
+
+def start_child(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    pass_fds: Sequence[int] = (),
+    **popen: Any,
+) -> subprocess.Popen[Any]:
+    """Popen with a lifeline: the child (which calls `watch_parent` at its start) stops when
+    this process dies. The write end stays open, unshared, for this process's life."""
+    read_end, write_end = os.pipe()  # neither end is inherited unless passed (PEP 446)
+    try:
+        process = subprocess.Popen(
+            list(args),
+            env={**env, LIFELINE_VAR: str(read_end)},
+            pass_fds=(*pass_fds, read_end),
+            **popen,
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    _LIFELINES[process.pid] = write_end
+    return process
+
+
+_LIFELINES: dict[int, int] = {}
+
+
+def watch_parent() -> None:
+    """In a child started by `start_child`: stop (SIGTERM to itself, then exit) once the parent
+    is gone. Does nothing in a process started otherwise."""
+    value = os.environ.pop(LIFELINE_VAR, None)
+    if value is None:
+        return
+    fd = int(value)
+
+    def wait_for_parent() -> None:
+        try:
+            while os.read(fd, 1):  # nothing is ever written: returns b"" when the parent dies
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)  # the server's own clean shutdown
+        time.sleep(_GRACE_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=wait_for_parent, name="postledger-lifeline", daemon=True).start()
 
 
 def stop_child(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
@@ -17,6 +84,8 @@ def stop_child(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    if (write_end := _LIFELINES.pop(process.pid, None)) is not None:
+        os.close(write_end)
 
 
 def wait_answering(

@@ -9,10 +9,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 
-from postledger.children import stop_child, wait_answering
+from postledger.children import start_child, stop_child, wait_answering, watch_parent
 from simulator.app import create_app
 from simulator.faults import FaultPlan, Faults
 from simulator.upstream import Upstream
@@ -40,6 +41,7 @@ def serve(
     honour_keys: bool = True,
 ) -> None:
     """Serve until interrupted; prints one line with the URL once the port is bound."""
+    watch_parent()  # started by `postledger run` or a test: never outlive it
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -60,8 +62,31 @@ def serve(
     uvicorn.Server(config).run(sockets=[sock])
 
 
+class StartingSimulator:
+    """A simulator child that was started and may not answer yet: `wait_ready` gives its URL.
+    Lets its start-up overlap with other work (the local Prefect server's, Prefect's import)."""
+
+    def __init__(self, process: subprocess.Popen[str], startup_timeout: float) -> None:
+        self._process = process
+        self._timeout = startup_timeout
+        self._url: str | None = None
+
+    def wait_ready(self) -> str:
+        if self._url is None:
+            self._url = _wait_ready(self._process, self._timeout)
+        return self._url
+
+
 @contextmanager
-def simulator_process(
+def simulator_process(**options: Any) -> Iterator[str]:
+    """Start `postledger sim serve` on a free loopback port; yields its base URL once it
+    answers. Options as `starting_simulator`'s."""
+    with starting_simulator(**options) as simulator:
+        yield simulator.wait_ready()
+
+
+@contextmanager
+def starting_simulator(
     *,
     latency: float = 1.0,
     seed: int = 0,
@@ -72,8 +97,9 @@ def simulator_process(
     honour_keys: bool = True,
     startup_timeout: float = 30,
     own_process_group: bool = False,
-) -> Iterator[str]:
-    """Start `postledger sim serve` on a free loopback port; yields its base URL.
+) -> Iterator[StartingSimulator]:
+    """Start `postledger sim serve` on a free loopback port without waiting for it; stopped on
+    leaving, and when this process dies (`postledger.children.start_child`).
     `own_process_group`: in a session of its own, as tests start it (a Ctrl-C in the terminal
     then reaches only its parent, which stops it). `postledger run` leaves it in the run's
     process group, so that killing that group ends the simulator too."""
@@ -103,12 +129,11 @@ def simulator_process(
     env = dict(os.environ)
     if api_key is not None:
         env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it
-    process = subprocess.Popen(
-        args, stdout=subprocess.PIPE, text=True, env=env, start_new_session=own_process_group
+    process = start_child(
+        args, env=env, stdout=subprocess.PIPE, text=True, start_new_session=own_process_group
     )
     try:
-        url = _wait_ready(process, startup_timeout)
-        yield url
+        yield StartingSimulator(process, startup_timeout)
     finally:
         stop_child(process)
 

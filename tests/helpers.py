@@ -143,17 +143,78 @@ def running(args: list[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
         stop(process)
 
 
+# The commands that start a local Prefect server on their PREFECT_HOME.
+_SERVER_COMMANDS = {"run", "setup"}
+
+
 def postledger(
     *args: str,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
+    fresh_prefect_home: bool = False,
     **extra_env: str,
 ) -> subprocess.CompletedProcess[str]:
     """One `postledger` command (`python -m cli`), as a person would type it (see
-    `run_process`)."""
+    `run_process`). Its PREFECT_HOME starts with a migrated Prefect database
+    (`migrated_prefect_home`) unless `fresh_prefect_home`, as on a user's first run."""
     command = [sys.executable, "-m", "cli", *args]
+    home = child_env(env, **extra_env).get("PREFECT_HOME")
+    if args and args[0] in _SERVER_COMMANDS and home and not fresh_prefect_home:
+        migrated_prefect_home(Path(home))
     return run_process(command, cwd=cwd, env=env, timeout=timeout, **extra_env)
+
+
+def migrated_prefect_home(home: Path) -> Path:
+    """`home`, with a Prefect database if it had none: a copy of one migrated once per test
+    run. Migrating a new one takes a local server ~6 s of CPU, paid otherwise by every test
+    that starts one on a PREFECT_HOME of its own; the first start on a truly new home is still
+    tested (`fresh_prefect_home`)."""
+    database = home / "prefect.db"
+    if not database.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_prefect_template(), database)
+    return home
+
+
+def _prefect_template() -> Path:
+    """A migrated, empty Prefect database in the run's folder, made by the first process that
+    asks (the others wait for it on a file lock)."""
+    import fcntl
+
+    run_dir = Path(os.environ.get(RUN_DIR_VAR) or tempfile.gettempdir())
+    template = run_dir / "prefect-template.db"
+    with open(run_dir / "prefect-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if template.exists():
+            return template
+        home = Path(tempfile.mkdtemp(prefix="prefect-template-home-", dir=run_dir))
+        made = run_process(
+            [sys.executable, "-c", _MIGRATE_ONCE],
+            cwd=REPO,
+            env=child_env(PREFECT_HOME=str(home)),
+            timeout=300,
+        )
+        if made.returncode != 0:
+            raise RuntimeError(f"no migrated Prefect database:\n{made.stderr[-4000:]}")
+        import sqlite3
+
+        partial = template.with_suffix(".partial")
+        # Through SQLite, not a file copy: whatever the server left in its WAL is included.
+        with (
+            contextlib.closing(sqlite3.connect(home / "prefect.db")) as source,
+            contextlib.closing(sqlite3.connect(partial)) as copy,
+        ):
+            source.backup(copy)
+        partial.replace(template)
+        shutil.rmtree(home, ignore_errors=True)
+        return template
+
+
+# Starting a local server migrates its database; stopping it at once leaves it migrated.
+_MIGRATE_ONCE = (
+    "from flows.local_server import local_prefect_server\nwith local_prefect_server(): pass"
+)
 
 
 def run_process(
@@ -470,6 +531,7 @@ def local_prefect_api(home: Path) -> Iterator[str]:
 
     from flows.local_server import local_prefect_server
 
+    migrated_prefect_home(home)
     with contextlib.ExitStack() as stack:
         worker_home = os.environ.get("PREFECT_HOME")
         os.environ["PREFECT_HOME"] = str(home)

@@ -20,11 +20,15 @@ def _setting(name: str) -> bool:
     return name.startswith("POSTLEDGER_") and not name.startswith("POSTLEDGER_TEST_")
 
 
-def postledger(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def postledger(
+    *args: str, cwd: Path, timeout: float = 300, fresh_prefect_home: bool = False
+) -> subprocess.CompletedProcess[str]:
     """As in a fresh terminal: no postledger setting at all, a Prefect home of its own."""
     env = helpers.child_env(PREFECT_HOME=str(cwd / ".prefect-home"), COLUMNS="200")
     env = {k: v for k, v in env.items() if not _setting(k)}
-    return helpers.postledger(*args, cwd=cwd, env=env, timeout=timeout)
+    return helpers.postledger(
+        *args, cwd=cwd, env=env, timeout=timeout, fresh_prefect_home=fresh_prefect_home
+    )
 
 
 def test_help_explains_every_command(tmp_path: Path) -> None:
@@ -53,11 +57,14 @@ def test_sample_is_deterministic_and_is_the_shipped_month(tmp_path: Path) -> Non
 
 
 def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
-    """The README's main command: the bundled simulator, the default ledger location."""
+    """The README's main command: the bundled simulator, the default ledger location, and a
+    Prefect home never used before (its database migrated by this first run)."""
     (tmp_path / "data" / "posts").mkdir(parents=True)
     shutil.copy(SAMPLE, tmp_path / "data" / "posts" / "2026-10.jsonl")
 
-    run = postledger("run", "--month", "2026-10", "--latency", "0.1", cwd=tmp_path)
+    run = postledger(
+        "run", "--month", "2026-10", "--latency", "0.1", cwd=tmp_path, fresh_prefect_home=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "bundled simulator" in run.stdout and "nothing is paid" in run.stdout
     assert (tmp_path / ".postledger" / "ledger.db").is_file()

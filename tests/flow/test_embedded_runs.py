@@ -92,6 +92,29 @@ def posts(folder: Path, month: str, count: int) -> str:
     return str(posts_file(path, count, ids=month + "-{:02d}", text="The app logs me out, case {}."))
 
 
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (Linux: from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()  # after "(command name)": state, ppid, ...
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def wait_for_batches_in_flight(
     ledger_url: str, run: subprocess.Popen[bytes], processes: Processes, name: str
 ) -> None:
@@ -143,10 +166,16 @@ def test_a_second_embedded_run_is_refused_and_a_killed_one_blocks_nothing(
     flat = " ".join(out.split())
     assert code != 0 and f"process {first.pid}" in flat and "Traceback" not in out, out
 
-    # Run 1 dies without any clean-up. Only its own process: the server child it leaves
-    # behind must not keep the lock either.
+    # Run 1 dies without any clean-up. Only its own process: its children (the local server,
+    # the simulator) stop by themselves, and none of them keeps the lock.
+    children = children_of(first.pid)
+    assert len(children) == 2, children
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
+    deadline = time.monotonic() + 30
+    while (alive := [pid for pid in children if is_alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive, f"run 1's children {alive} outlived it"
     code, out = processes.run(
         "third", "run", "--month", SECOND, "--posts", second_posts, "--latency", "0.2"
     )
