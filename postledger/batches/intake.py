@@ -1,22 +1,36 @@
 """The input file into the ledger: every post of it known, and changed input started over
-(R25), in the month's write transaction."""
+(R25), in the month's write transaction.
+
+A month is tens to hundreds of thousands of posts, and most runs find them all unchanged, so
+this is done in bulk: the known posts are read as plain rows (four columns, no ORM objects),
+new posts are inserted in chunks of one statement each, and only the rare changed post is
+loaded as a record to be moved through the state machine. A sync of an unchanged month writes
+nothing at all.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlmodel import Session, select
+from sqlalchemy import bindparam, update
+from sqlmodel import Session, col, select
 
 from postledger.batches.posts import (
     Post,
     changed_parts,
-    fingerprint,
+    fingerprint_of,
     input_parts,
     legacy_fingerprint,
 )
-from postledger.record.models import EntityKind, PostRecord, PostStatus
+from postledger.record.db import insert_many
+from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
 from postledger.record.states import Transitions
+
+# Rows per executemany of an INSERT or UPDATE (and ids per IN list): keeps one statement's
+# parameters small in memory, and an IN list under every database's limit of bound values.
+CHUNK = 5_000
 
 
 @dataclass(frozen=True)
@@ -37,47 +51,105 @@ def sync_posts(
 ) -> SyncReport:
     """New posts `pending`, unchanged ones as they were, changed ones (text, model or prompt)
     back to `pending`, with nothing of their old work (R25, R50)."""
-    new = unchanged = changed = 0
-    known = {
-        p.post_id: p for p in session.exec(select(PostRecord).where(PostRecord.month == month))
+    table = PostRecord.__table__  # type: ignore[attr-defined]
+    known: dict[str, tuple[int, str, bool]] = {
+        post_id: (position, known_print, no_inputs)
+        for post_id, position, known_print, no_inputs in session.exec(
+            select(
+                PostRecord.post_id,
+                PostRecord.position,
+                PostRecord.fingerprint,
+                col(PostRecord.inputs).is_(None).label("no_inputs"),
+            ).where(PostRecord.month == month)
+        )
     }
+    new: list[dict[str, Any]] = []
+    moved: list[dict[str, Any]] = []  # unchanged posts whose line in the file moved
+    upgraded: list[dict[str, Any]] = []  # same work under the old digest: the new one kept
+    changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
+    unchanged = 0
+    now = utcnow()
     for position, post in enumerate(posts):
         parts = input_parts(post.text, model, prompt)
-        print_ = fingerprint(post.text, model, prompt)
-        record = known.get(post.id)
-        if record is None:
-            session.add(
-                PostRecord(
-                    month=month,
-                    post_id=post.id,
-                    position=position,
-                    text=post.text,
-                    fingerprint=print_,
-                    inputs=parts,
-                )
-            )
+        print_ = fingerprint_of(parts)
+        if (row := known.get(post.id)) is None:
+            new.append(_new_row(month, post, position, print_, parts, now))
             moves.created(EntityKind.POST, post.id, PostStatus.PENDING, "read from input")
-            new += 1
             continue
-        record.position = position
-        if record.inputs is None and record.fingerprint == legacy_fingerprint(
-            post.text, model, prompt
-        ):
-            record.fingerprint, record.inputs = print_, parts  # same work, new digest
-        if record.fingerprint == print_:
-            unchanged += 1
-            session.add(record)
+        known_position, known_print, no_inputs = row
+        if no_inputs and known_print == legacy_fingerprint(post.text, model, prompt):
+            upgraded.append({"pid": post.id, "fingerprint": print_, "inputs": parts})
+        elif known_print != print_:
+            changed[post.id] = (position, post, parts, print_)
             continue
-        # R25: nothing of the old work is reused: not its result, not its batch.
-        changed += 1
-        why = f"input changed ({changed_parts(record.inputs, parts)}): starts over"
-        record.text, record.fingerprint, record.inputs = post.text, print_, parts
-        record.result, record.batch_id = None, None
-        # New work: its own limits (R38, R40), whatever the old input cost.
-        record.attempts, record.requeues, record.extra_attempts = 0, 0, 0
-        record.split = False
-        if record.status is PostStatus.PENDING:
-            session.add(record)
-        else:
-            moves.post(record, PostStatus.PENDING, why)
-    return SyncReport(new=new, unchanged=unchanged, changed=changed)
+        unchanged += 1
+        if known_position != position:
+            moved.append({"pid": post.id, "position": position})
+    for chunk in _chunks(new):
+        insert_many(session.connection(), table, chunk)
+    where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
+    for chunk in _chunks(moved):
+        session.connection().execute(update(table).where(where), chunk)
+    for chunk in _chunks(upgraded):
+        session.connection().execute(update(table).where(where), chunk)
+    _start_over(session, moves, month, changed)
+    return SyncReport(new=len(new), unchanged=unchanged, changed=len(changed))
+
+
+def _new_row(
+    month: str, post: Post, position: int, print_: str, parts: dict[str, str], now: Any
+) -> dict[str, Any]:
+    return {
+        "month": month,
+        "post_id": post.id,
+        "position": position,
+        "text": post.text,
+        "fingerprint": print_,
+        "inputs": parts,
+        "status": PostStatus.PENDING,
+        "attempts": 0,
+        "extra_attempts": 0,
+        "requeues": 0,
+        "split": False,
+        "batch_id": None,
+        "result": None,
+        "failure_kind": None,
+        "failure_reason": None,
+        "not_before": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _start_over(
+    session: Session,
+    moves: Transitions,
+    month: str,
+    changed: dict[str, tuple[int, Post, dict[str, str], str]],
+) -> None:
+    """R25: nothing of the old work is reused: not its result, not its batch."""
+    ids = list(changed)
+    for start in range(0, len(ids), CHUNK):
+        records = session.exec(
+            select(PostRecord).where(
+                PostRecord.month == month, col(PostRecord.post_id).in_(ids[start : start + CHUNK])
+            )
+        )
+        for record in records:
+            position, post, parts, print_ = changed[record.post_id]
+            why = f"input changed ({changed_parts(record.inputs, parts)}): starts over"
+            record.position = position
+            record.text, record.fingerprint, record.inputs = post.text, print_, parts
+            record.result, record.batch_id = None, None
+            # New work: its own limits (R38, R40), whatever the old input cost.
+            record.attempts, record.requeues, record.extra_attempts = 0, 0, 0
+            record.split = False
+            if record.status is PostStatus.PENDING:
+                session.add(record)
+            else:
+                moves.post(record, PostStatus.PENDING, why)
+
+
+def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    for start in range(0, len(rows), CHUNK):
+        yield rows[start : start + CHUNK]

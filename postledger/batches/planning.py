@@ -24,7 +24,7 @@ from postledger.record.models import (
     batch_id_for,
 )
 from postledger.record.reads import posts_in
-from postledger.record.states import Transitions
+from postledger.record.states import PostChange, Transitions
 
 
 @dataclass(frozen=True)
@@ -101,44 +101,51 @@ def plan_pending(
     max_attempts: int | None,
 ) -> PlanReport:
     """The month's `pending` posts in new batches, in file order (R7); those too long, or
-    with no paid attempt left (R15), end `failed`."""
-    pending = list(
-        session.exec(
-            select(PostRecord)
-            .where(PostRecord.month == month, PostRecord.status == PostStatus.PENDING)
-            .order_by(col(PostRecord.position))
+    with no paid attempt left (R15), end `failed`. In bulk: a month is planned from four
+    columns of its rows, never loading a post's text or record."""
+    pending = session.exec(
+        select(
+            PostRecord.post_id,
+            func.length(PostRecord.text),
+            PostRecord.attempts,
+            PostRecord.extra_attempts,
         )
-    )
-    if max_attempts is not None:
-        pending = fail_capped(moves, pending, max_attempts)
-    by_id = {p.post_id: p for p in pending}
-    plan = plan_batches(
-        [Sized(p.post_id, len(p.text)) for p in pending], max_posts=max_posts, max_chars=max_chars
-    )
-    for sized in plan.too_long:
-        moves.post(
-            by_id[sized.post_id],
-            PostStatus.FAILED,
-            f"the post has {sized.chars} characters, more than max_batch_chars="
-            f"{max_chars}: it was never sent. Shorten it, or raise "
-            "POSTLEDGER_MAX_BATCH_CHARS",
-            failure=FailureKind.TOO_LONG,
-        )
-    batches = new_batches(session, moves, month, plan.batches, by_id)
-    return PlanReport(batches=batches, too_long=len(plan.too_long))
-
-
-def fail_capped(moves: Transitions, posts: list[PostRecord], max_attempts: int) -> list[PostRecord]:
-    """Posts that have had every paid attempt they may have end here (R15, R38); the rest are
-    returned."""
-    left = []
-    for post in posts:
-        if post.attempts >= max_attempts + post.extra_attempts:
-            why = f"{post.attempts} paid attempts made, the limit: not sent again"
-            moves.post(post, PostStatus.FAILED, why, failure=FailureKind.ATTEMPTS_EXHAUSTED)
+        .where(PostRecord.month == month, PostRecord.status == PostStatus.PENDING)
+        .order_by(col(PostRecord.position))
+    ).all()
+    sized: list[Sized] = []
+    capped: dict[int, list[str]] = {}  # paid attempts made -> posts with none left
+    for post_id, chars, attempts, extra_attempts in pending:
+        if max_attempts is not None and attempts >= max_attempts + extra_attempts:
+            capped.setdefault(attempts, []).append(post_id)
         else:
-            left.append(post)
-    return left
+            sized.append(Sized(post_id, chars))
+    for attempts, post_ids in capped.items():
+        why = f"{attempts} paid attempts made, the limit: not sent again"
+        moves.posts_by_id(
+            PostStatus.PENDING,
+            PostStatus.FAILED,
+            [PostChange(post_id, why) for post_id in post_ids],
+            failure=FailureKind.ATTEMPTS_EXHAUSTED,
+        )
+    plan = plan_batches(sized, max_posts=max_posts, max_chars=max_chars)
+    too_long = [
+        PostChange(
+            post.post_id,
+            f"the post has {post.chars} characters, more than max_batch_chars={max_chars}: it "
+            "was never sent. Shorten it, or raise POSTLEDGER_MAX_BATCH_CHARS",
+        )
+        for post in plan.too_long
+    ]
+    moves.posts_by_id(PostStatus.PENDING, PostStatus.FAILED, too_long, failure=FailureKind.TOO_LONG)
+    batches = new_batches(session, moves, month, plan.batches)
+    planned = [
+        PostChange(post_id, f"planned in {batch.batch_id}", batch_id=batch.batch_id)
+        for batch in batches
+        for post_id in batch.post_ids
+    ]
+    moves.posts_by_id(PostStatus.PENDING, PostStatus.QUEUED, planned)
+    return PlanReport(batches=batches, too_long=len(plan.too_long))
 
 
 def new_batches(
@@ -146,12 +153,11 @@ def new_batches(
     moves: Transitions,
     month: str,
     groups: list[list[str]],
-    by_id: dict[str, PostRecord],
     *,
     split_from: str | None = None,
 ) -> list[BatchRecord]:
     """One queued batch per group of post ids, numbered after the month's last, each with an
-    idempotency key of its own (R35); its posts move into it."""
+    idempotency key of its own (R35). The caller moves the posts into them."""
     last_seq = session.exec(
         select(func.max(BatchRecord.seq)).where(BatchRecord.month == month)
     ).one()
@@ -174,9 +180,6 @@ def new_batches(
             BatchStatus.QUEUED,
             f"planned with {len(post_ids)} posts{origin}",
         )
-        for post_id in post_ids:
-            by_id[post_id].batch_id = batch.batch_id
-            moves.post(by_id[post_id], PostStatus.QUEUED, f"planned in {batch.batch_id}")
         batches.append(batch)
     return batches
 

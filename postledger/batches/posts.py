@@ -6,6 +6,7 @@ leaves the ledger exactly as it was.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -75,14 +76,24 @@ def input_parts(text: str, model: str, prompt: str) -> dict[str, str]:
     return {
         "text": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
         "model": model,
-        "prompt": hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16],
+        "prompt": _prompt_digest(prompt),
         "schema": SCHEMA_VERSION,
     }
 
 
+@functools.lru_cache(maxsize=8)
+def _prompt_digest(prompt: str) -> str:
+    # One prompt for a whole month: digested once, not once per post.
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+
+
 def fingerprint(text: str, model: str, prompt: str) -> str:
     """One digest of `input_parts`: equal fingerprints, reusable results."""
-    parts = input_parts(text, model, prompt)
+    return fingerprint_of(input_parts(text, model, prompt))
+
+
+def fingerprint_of(parts: dict[str, str]) -> str:
+    """The fingerprint of parts already made by `input_parts`."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, Insert, Table, Update, create_engine, event, insert, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
@@ -134,3 +134,48 @@ class WriteLocks:
         if not self._sqlite:
             key = zlib.crc32(f"postledger:{scope}".encode())
             session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
+def insert_many(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """INSERT `rows` (dicts with the same keys) into `table`: see `execute_many`."""
+    if rows:
+        execute_many(connection, insert(table), rows, keys=list(rows[0]))
+
+
+def execute_many(
+    connection: Connection,
+    statement: Insert | Update,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    keys: Sequence[str] | None = None,
+) -> int:
+    """Run `statement` once per row of `rows` (each a value per bound parameter the statement
+    leaves open; `keys`: the columns an INSERT fills) in one executemany on the driver.
+
+    What SQLAlchemy's own executemany does, without its per-row parameter bookkeeping, which
+    cost ~80 % of writing a month's 100 000 posts and their events: the statement is compiled
+    once, each parameter's bind processor (enum names, JSON, UTC datetimes) is looked up once,
+    and the driver gets plain tuples or dicts. Returns the rows changed (the drivers sum an
+    executemany's counts)."""
+    if not rows:
+        return 0
+    dialect = connection.dialect
+    compiled = statement.compile(dialect=dialect, column_keys=list(keys) if keys else None)
+    constants = compiled.params  # the values the statement itself binds
+    process = {
+        name: bind.type.dialect_impl(dialect).bind_processor(dialect)
+        for name, bind in compiled.binds.items()
+    }
+
+    def value(row: Mapping[str, Any], name: str) -> Any:
+        raw = row[name] if name in row else constants[name]
+        # None too: a JSON column stores it as JSON null, as the ORM does.
+        processor = process.get(name)
+        return raw if processor is None else processor(raw)
+
+    names = list(compiled.positiontup or []) if compiled.positional else list(constants)
+    if compiled.positional:
+        parameters: list[Any] = [tuple(value(row, name) for name in names) for row in rows]
+    else:
+        parameters = [{name: value(row, name) for name in names} for row in rows]
+    return int(connection.exec_driver_sql(str(compiled), parameters).rowcount)

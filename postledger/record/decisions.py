@@ -53,7 +53,12 @@ def carry_out(
         by_id = {p.post_id: p for half in halves for p in half}
         for post in by_id.values():
             post.split = True  # one split per lineage, whatever batch it goes into
-        new_batches(session, moves, batch.month, decision.halves, by_id, split_from=batch.batch_id)
+        for half in new_batches(
+            session, moves, batch.month, decision.halves, split_from=batch.batch_id
+        ):
+            for post_id in half.post_ids:
+                by_id[post_id].batch_id = half.batch_id
+                moves.post(by_id[post_id], PostStatus.QUEUED, f"planned in {half.batch_id}")
     if posts:
         raise LedgerError(
             f"the decision for {batch.batch_id} left posts without a move: {sorted(posts)}"

@@ -138,6 +138,8 @@ class PostRecord(SQLModel, table=True):
     """One post of one month: its state, attempts, result and failure."""
 
     __tablename__ = "posts"
+    # Planning reads a month's pending posts in file order (migration 0004).
+    __table_args__ = (Index("ix_posts_month_status_position", "month", "status", "position"),)
 
     month: str = Field(primary_key=True, max_length=7)
     post_id: str = Field(primary_key=True)
@@ -173,6 +175,8 @@ class BatchRecord(SQLModel, table=True):
     """One paid submission: which posts, which upstream task, what came back."""
 
     __tablename__ = "batches"
+    # The next batches to start: a month's queued ones in start order (migration 0004).
+    __table_args__ = (Index("ix_batches_month_status_seq", "month", "status", "seq"),)
 
     batch_id: str = Field(primary_key=True)
     month: str = Field(index=True, max_length=7)

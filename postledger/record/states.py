@@ -7,11 +7,13 @@ is changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import event, func, insert
+from sqlalchemy import bindparam, event, func, update
 from sqlmodel import Session, select
 
+from postledger.record.db import execute_many, insert_many
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -78,6 +80,23 @@ class IllegalTransition(RuntimeError):
         self.target = target
 
 
+@dataclass(frozen=True)
+class PostChange:
+    """One post of a bulk move (`Transitions.posts_by_id`), and why it moves."""
+
+    post_id: str
+    why: str
+    batch_id: str | None = None  # the batch it is planned into, when it is
+
+
+class LedgerConflict(RuntimeError):
+    """Records changed under a bulk move; the transaction is rolled back."""
+
+
+# Rows per executemany of a bulk move: keeps one statement's parameters small in memory.
+_CHUNK = 5_000
+
+
 def post_can_move(current: PostStatus, target: PostStatus) -> bool:
     return target in POST_TRANSITIONS[current]
 
@@ -119,6 +138,59 @@ class Transitions:
             post.not_before = None
         post.updated_at = utcnow()
         self._session.add(post)
+
+    def posts_by_id(
+        self,
+        current: PostStatus,
+        target: PostStatus,
+        changes: Sequence[PostChange],
+        *,
+        failure: FailureKind | None = None,
+    ) -> None:
+        """Move many posts, all now `current`, to `target`: what `post` does for one record,
+        in one executemany per chunk and without loading the records (planning a month moves
+        every post of it). A post not `current` any more fails the whole transaction."""
+        if not changes:
+            return
+        if not post_can_move(current, target):
+            raise IllegalTransition(EntityKind.POST, changes[0].post_id, current, target)
+        if (target is P.FAILED) != (failure is not None):
+            raise ValueError("a failed post needs a failure kind, and only a failed post has one")
+        table = PostRecord.__table__  # type: ignore[attr-defined]
+        values: dict[str, object] = {
+            "status": target,
+            "failure_kind": failure,
+            "failure_reason": bindparam("why") if failure is not None else None,
+            "updated_at": utcnow(),
+        }
+        if target is not P.WAITING:
+            values["not_before"] = None
+        into_batches = changes[0].batch_id is not None
+        if into_batches:
+            values["batch_id"] = bindparam("into")
+        statement = (
+            update(table)
+            .where(
+                table.c.month == self._month,
+                table.c.post_id == bindparam("pid"),
+                table.c.status == current,
+            )
+            .values(values)
+        )
+        for change in changes:
+            if (change.batch_id is not None) != into_batches:
+                raise ValueError("either every change of a bulk move names a batch, or none")
+            self._log(EntityKind.POST, change.post_id, current, target, change.why)
+        rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
+        moved = sum(
+            execute_many(self._session.connection(), statement, rows[start : start + _CHUNK])
+            for start in range(0, len(rows), _CHUNK)
+        )
+        if moved != len(rows):
+            raise LedgerConflict(
+                f"{len(rows) - moved} of {len(rows)} posts to move {current} -> {target} were "
+                f"not {current} any more: nothing was changed"
+            )
 
     def batch(
         self,
@@ -179,7 +251,7 @@ class Transitions:
         ORM object per event cost more than the rest of the transaction."""
         if self._events:
             events = EventRecord.__table__  # type: ignore[attr-defined]
-            self._session.connection().execute(insert(events), self._events)
+            insert_many(self._session.connection(), events, self._events)
             self._events = []
 
 

@@ -1,0 +1,99 @@
+"""Costs that do not grow with the month: what the ledger writes when nothing changed, and how
+a batch's own steps find their rows (not timed: see bench/scale.py for the times)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event, text
+
+from postledger.batches.output import check_output
+from postledger.batches.posts import Post
+from postledger.failures.policy import Limits, after_output
+from postledger.ledger import Ledger
+from simulator.model import write_output
+from tests.helpers import sqlite_ledger_only
+
+MONTH = "2026-10"
+
+
+def month_of_posts(n: int) -> list[Post]:
+    return [Post(f"p{i:05d}", f"post {i}: the app logs me out", i + 1) for i in range(n)]
+
+
+@contextmanager
+def statements(ledger: Ledger) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the ledger's engine sends while the block runs, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
+        seen.append((sql, parameters))
+
+    event.listen(ledger.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", record)
+
+
+WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+def test_a_sync_of_an_unchanged_month_writes_nothing(any_ledger_url: str) -> None:
+    ledger = Ledger(any_ledger_url)
+    month = month_of_posts(300)
+    assert ledger.sync_posts(MONTH, month, model="m", prompt="p").new == 300
+    ledger.plan(MONTH, max_posts=25, max_chars=10_000)
+
+    with statements(ledger) as seen:
+        again = ledger.sync_posts(MONTH, month, model="m", prompt="p")
+    assert (again.new, again.unchanged, again.changed) == (0, 300, 0)
+    assert [sql for sql, _ in seen if WRITES.match(sql)] == []
+
+    # A post that moved in the file is one position written, nothing else.
+    moved = [month[1], month[0], *month[2:]]
+    with statements(ledger) as seen:
+        ledger.sync_posts(MONTH, moved, model="m", prompt="p")
+    writes = [(sql, parameters) for sql, parameters in seen if WRITES.match(sql)]
+    assert len(writes) == 1 and writes[0][0].lstrip().upper().startswith("UPDATE POSTS")
+    assert len(writes[0][1]) == 2  # two rows of one executemany
+    ledger.close()
+
+
+@sqlite_ledger_only
+def test_a_batch_cycle_finds_its_rows_through_indexes(tmp_path: Any) -> None:
+    """Each statement of one batch's life, run by SQLite's planner: none reads a whole table
+    of the month (posts, batches, events) to find the batch's own rows."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.sync_posts(MONTH, month_of_posts(2_000), model="m", prompt="p")
+    ledger.plan(MONTH, max_posts=25, max_chars=10_000)
+    with ledger.engine.begin() as connection:
+        connection.execute(text("ANALYZE"))  # as a long-used ledger would have statistics
+
+    with statements(ledger) as seen:
+        (batch_id,) = ledger.next_to_start(MONTH, 1, set())
+        _, sent = ledger.mark_running(batch_id)
+        ledger.record_task_id(batch_id, "task_1")
+        raw = write_output([(p.post_id, p.text) for p in sent])
+        ledger.save_output(batch_id, raw, {"input_tokens": 1, "output_tokens": 2})
+        check = check_output(raw, ledger.batch(batch_id).post_ids)
+        decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
+        ledger.apply(batch_id, decision, check)
+
+    scans = []
+    with ledger.engine.connect() as connection:
+        for sql, parameters in seen:
+            if not re.match(r"^\s*(SELECT|UPDATE|DELETE)\b", sql, re.IGNORECASE):
+                continue
+            rows = [parameters] if not isinstance(parameters, list) else parameters[:1]
+            for row in rows:
+                plan = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", row).fetchall()
+                for step in plan:
+                    detail = step[-1]
+                    if re.match(r"SCAN (posts|batches|events)\b(?! USING)", detail):
+                        scans.append(f"{detail}: {sql}")
+    assert scans == []
+    ledger.close()
