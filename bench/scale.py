@@ -32,7 +32,8 @@ T = TypeVar("T")
 def timed(label: str, step: Callable[[], T]) -> T:
     started = time.perf_counter()
     result = step()
-    print(f"{label:34s} {time.perf_counter() - started:7.2f} s", flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{label:34s} {time.perf_counter() - started:7.2f} s  (peak RSS so far {peak:4.0f} MB)")
     return result
 
 
@@ -46,13 +47,11 @@ def main() -> int:
     from postledger.batches.posts import load_posts
     from postledger.ledger import Ledger
     from postledger.settings import Settings
-    from simulator.sample import generate_posts, write_posts
 
     posts_path = work / f"{MONTH}.jsonl"
-    timed(
-        f"write {args.count} sample posts",
-        lambda: write_posts(posts_path, generate_posts(MONTH, args.count, seed=7)),
-    )
+    # In a process of its own, so that the peak memory below is the bookkeeping's alone.
+    sample = [sys.executable, "-m", "cli", "sample", "--month", MONTH, "--count", str(args.count)]
+    timed(f"write {args.count} sample posts", lambda: run([*sample, "--out", str(posts_path)], {}))
     print(f"{'':34s} {posts_path.stat().st_size / 1e6:7.1f} MB", flush=True)
     settings = Settings()
     with ledger_database(args.ledger_url, work) as url:

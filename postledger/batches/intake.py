@@ -63,7 +63,8 @@ def sync_posts(
             ).where(PostRecord.month == month)
         )
     }
-    new: list[dict[str, Any]] = []
+    new: list[dict[str, Any]] = []  # inserted a chunk at a time: memory bounded by a chunk
+    inserted = 0
     moved: list[dict[str, Any]] = []  # unchanged posts whose line in the file moved
     upgraded: list[dict[str, Any]] = []  # same work under the old digest: the new one kept
     changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
@@ -75,6 +76,8 @@ def sync_posts(
         if (row := known.get(post.id)) is None:
             new.append(_new_row(month, post, position, print_, parts, now))
             moves.created(EntityKind.POST, post.id, PostStatus.PENDING, "read from input")
+            if len(new) == CHUNK:
+                inserted += _insert(session, moves, new)
             continue
         known_position, known_print, no_inputs = row
         if no_inputs and known_print == legacy_fingerprint(post.text, model, prompt):
@@ -85,15 +88,23 @@ def sync_posts(
         unchanged += 1
         if known_position != position:
             moved.append({"pid": post.id, "position": position})
-    for chunk in _chunks(new):
-        insert_many(session.connection(), table, chunk)
+    inserted += _insert(session, moves, new)
     where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
     for chunk in _chunks(moved):
         session.connection().execute(update(table).where(where), chunk)
     for chunk in _chunks(upgraded):
         session.connection().execute(update(table).where(where), chunk)
     _start_over(session, moves, month, changed)
-    return SyncReport(new=len(new), unchanged=unchanged, changed=len(changed))
+    return SyncReport(new=inserted, unchanged=unchanged, changed=len(changed))
+
+
+def _insert(session: Session, moves: Transitions, rows: list[dict[str, Any]]) -> int:
+    """The new posts gathered so far, and their events; `rows` is emptied. Returns how many."""
+    count = len(rows)
+    insert_many(session.connection(), PostRecord.__table__, rows)  # type: ignore[attr-defined]
+    moves.write_events()
+    rows.clear()
+    return count
 
 
 def _new_row(

@@ -246,6 +246,11 @@ class Transitions:
         )
         self._next_seq += 1
 
+    def write_events(self) -> None:
+        """Write the events logged so far now, not at the next flush: a long step (a month's
+        sync) keeps only a chunk of them in memory."""
+        self._write_events()
+
     def _write_events(self, *_: object) -> None:
         """Insert the logged events in one statement: a batch moves 25 posts at once, and an
         ORM object per event cost more than the rest of the transaction."""

@@ -40,18 +40,23 @@ def test_holds_processes_and_databases_until_interrupted(
         helpers.spawn(SLEEPER)  # registered, never stopped by the test
         subprocess.Popen(SLEEPER, start_new_session=True)  # known by its mark only
         mark = os.environ[helpers.OWNER_VAR]
+
+        # The sleepers may still be between fork and exec, when /proc cannot show their
+        # environment yet: look again for a moment.
+        def all_four() -> list[int]:  # the server, the simulator, two sleepers
+            marked = helpers._marked(lambda value: value == mark)
+            return marked if len(marked) >= 4 else []
+
+        found = helpers.wait_for("the server, the simulator and two sleepers", all_four, 20)
         held = {
             "mark": mark,
-            "processes": [
-                (pid, helpers.started_at(pid)) for pid in helpers._marked(lambda v: v == mark)
-            ],
+            "processes": [(pid, helpers.started_at(pid)) for pid in found],
             "databases": [
                 name
                 for name in map(database_of, (ledger_url, pg_ledger_url, server_database))
                 if name
             ],
         }
-        assert len(held["processes"]) >= 4, held  # the server, the simulator, two sleepers
         (Path(PROOF) / "held.json.part").write_text(json.dumps(held))
         (Path(PROOF) / "held.json.part").rename(Path(PROOF) / "held.json")  # whole, or absent
         time.sleep(600)
