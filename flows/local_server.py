@@ -309,6 +309,11 @@ def _serve(home: Path, startup_timeout: float) -> Iterator[LocalServer]:
                 "error",
                 "--lifespan",
                 "on",
+                # On stop, open connections (this run's idle keep-alives, its events websocket)
+                # are not waited for beyond a second: they were seen to hold a stop for 5 s.
+                # Requests are done by then; Prefect's own shutdown then runs as usual.
+                "--timeout-graceful-shutdown",
+                "1",
             ],
             env=env,
             pass_fds=(listener.fileno(),),
