@@ -81,21 +81,19 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         return None
     failures = progress.pop("failures")
     business, requeues = ledger.retry_totals(month)
-    batches = ledger.batches(month)
-    batch_counts = Counter(b.status for b in batches)
+    batches = ledger.batch_figures(month)
     spend = spend_summary(ledger.spend(month))
     questions = ledger.approvals.approvals(month)
-    interrupted = [b.batch_id for b in batches if b.status is BatchStatus.RUNNING]
     return {
         **progress,
-        "batches": {status.value: batch_counts.get(status, 0) for status in BatchStatus},
+        "batches": {status.value: batches.counts.get(status, 0) for status in BatchStatus},
         "retries": {
             # Paid business retries (R15), unpaid requeues, and request-layer retries (R16).
             "business": business,
             "requeues": requeues,
-            "request": sum(b.request_retries for b in batches),
+            "request": batches.request_retries,
         },
-        "bisections": len({b.split_from for b in batches if b.split_from}),
+        "bisections": batches.bisected,
         "breaker_events": ledger.approvals.breaker_events_of(month),
         "approvals": {
             "asked": len(questions),
@@ -110,7 +108,7 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         },
         # Running batches of a run that is not running any more: they wait for a person's
         # yes (see `postledger plan`); while a run is going, they are simply in flight.
-        "running_batches": interrupted,
+        "running_batches": batches.running,
         "failures": failures,
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Engine, case, func
@@ -19,6 +20,16 @@ from postledger.record.models import (
     SpendRecord,
     utcnow,
 )
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    """A month's batches in numbers (`LedgerReads.batch_figures`)."""
+
+    counts: dict[BatchStatus, int]
+    request_retries: int  # request-layer retries of every batch (R16)
+    bisected: int  # batches whose unusable output was split in halves (R12)
+    running: list[str]  # the ids of the running ones, in start order
 
 
 class LedgerError(RuntimeError):
@@ -149,6 +160,34 @@ class LedgerReads:
             if statuses:
                 query = query.where(col(BatchRecord.status).in_(statuses))
             return list(session.exec(query.order_by(col(BatchRecord.seq))))
+
+    def batch_figures(self, month: str) -> BatchFigures:
+        """The month's batches in numbers, counted by the database (a month has thousands of
+        batches, each with its request and output: `status` reads none of them)."""
+        month_only = BatchRecord.month == month
+        with self._read() as session:
+            counts = session.exec(
+                select(BatchRecord.status, func.count())
+                .where(month_only)
+                .group_by(BatchRecord.status)
+            ).all()
+            retries, bisected = session.exec(
+                select(
+                    func.coalesce(func.sum(BatchRecord.request_retries), 0),
+                    func.count(func.distinct(BatchRecord.split_from)),
+                ).where(month_only)
+            ).one()
+            running = session.exec(
+                select(BatchRecord.batch_id)
+                .where(month_only, BatchRecord.status == BatchStatus.RUNNING)
+                .order_by(col(BatchRecord.seq))
+            ).all()
+        return BatchFigures(
+            counts={BatchStatus(status): n for status, n in counts},
+            request_retries=int(retries),
+            bisected=int(bisected),
+            running=list(running),
+        )
 
     def posts_of(self, batch_id: str) -> list[PostRecord]:
         """The posts that are in the batch now, in file order."""

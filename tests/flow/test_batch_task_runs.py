@@ -44,7 +44,13 @@ def test_every_batch_is_one_task_run_named_by_its_id_whose_state_says_what_happe
     assert len(faulty.charges()) == 7
     runs = task_runs_of(
         state.state_details.flow_run_id,
-        lambda runs: sum(run.name in batches and run.state.is_final() for run in runs) == 7,
+        lambda runs: (
+            sum(
+                run.name in batches and run.state is not None and run.state.is_final()
+                for run in runs
+            )
+            == 7
+        ),
     )
     # One task run per batch, named by its id, under the tag; no other tagged run.
     batch_runs = [run for run in runs if "ai-batch" in run.tags]
