@@ -174,10 +174,16 @@ def import_what_was_left(run: MonthRun) -> None:
             )
 
 
+# A month this big takes the ledger a second or more to take in.
+LONG_SYNC = 20_000
+
+
 def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
     """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25)."""
     logger = get_run_logger()
     settings = run.settings
+    if len(posts) >= LONG_SYNC:  # seconds of work: said before, not only after
+        logger.info("%s: writing %d posts of %s to the ledger", run.month, len(posts), path)
     synced = run.ledger.sync_posts(run.month, posts, model=settings.model, prompt=settings.prompt)
     if closed := run.ledger.close_emptied(run.month):
         logger.info("closed %d sent batches whose posts all changed since", len(closed))
