@@ -9,7 +9,9 @@ process-local, so writers on several machines serialize in the database.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -66,7 +68,7 @@ def _configure_sqlite(engine: Engine, *, read_only: bool, busy_timeout_ms: int) 
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         if not read_only:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _use_wal(cursor, busy_timeout_ms / 1000)
             # NORMAL is durable across application crashes in WAL mode; only an OS crash or
             # power loss can lose the last commits, and the ledger replays from the upstream then.
             cursor.execute("PRAGMA synchronous = NORMAL")
@@ -78,6 +80,22 @@ def _configure_sqlite(engine: Engine, *, read_only: bool, busy_timeout_ms: int) 
         # Readers take a snapshot; writers take the write lock up front (see module docstring).
         immediate = connection.get_execution_options().get("postledger_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _use_wal(cursor: Any, timeout: float) -> None:
+    """Put the file in WAL mode. On a new file that other connections open at the same moment
+    (workers starting together), SQLite answers "database is locked" at once, without waiting
+    on its busy timeout, while one of them changes the mode or holds the write lock of the
+    still rollback-journal file: so wait for that here, as long as the busy timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def create_schema(engine: Engine) -> None:
