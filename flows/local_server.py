@@ -37,15 +37,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from postledger.children import start_child, stop_child, wait_answering, watch_parent
+from postledger.children import (
+    QuietStop,
+    start_child,
+    stop_child,
+    wait_answering,
+    watch_parent,
+)
 
 
 def create_app() -> Any:
     """uvicorn factory: Prefect's server app, with SQLite writes opened IMMEDIATE."""
     watch_parent()  # a private server: it never outlives the run that started it
-    # A stop cuts the run's idle connections after a second (`--timeout-graceful-shutdown`):
-    # expected, and not an error a user should read at the end of every run.
-    logging.getLogger("uvicorn.error").addFilter(_QuietStop())
+    logging.getLogger("uvicorn.error").addFilter(QuietStop())  # `--timeout-graceful-shutdown`
     _check_home()
     from prefect.server.api.server import create_app as prefect_app
     from prefect.server.database.configurations import AioSqliteConfiguration
@@ -59,11 +63,6 @@ def create_app() -> Any:
 
     AioSqliteConfiguration.begin_transaction = begin_immediately  # type: ignore[method-assign,assignment]
     return prefect_app(ephemeral=True, final=True)
-
-
-class _QuietStop(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "timeout graceful shutdown exceeded" not in record.getMessage()
 
 
 # Set while the flow talks to this server: it runs no services, so no lease reaper (see

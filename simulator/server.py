@@ -13,7 +13,13 @@ from typing import Any
 
 import uvicorn
 
-from postledger.children import start_child, stop_child, wait_answering, watch_parent
+from postledger.children import (
+    QuietStop,
+    start_child,
+    stop_child,
+    wait_answering,
+    watch_parent,
+)
 from simulator.app import create_app
 from simulator.faults import FaultPlan, Faults
 from simulator.upstream import Upstream
@@ -22,13 +28,10 @@ READY_PREFIX = "postledger simulator listening on "
 
 
 class _QuietDeliberateResets(logging.Filter):
-    """The `reset` fault breaks responses on purpose, and a stop drops open requests after a
-    second: uvicorn would log each as an error, at the end of a user's run too."""
+    """The `reset` fault breaks responses on purpose; uvicorn would log each as an error."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if "timeout graceful shutdown exceeded" in record.getMessage():
-            return False
         return "Too little data for declared Content-Length" not in str(exc)
 
 
@@ -61,6 +64,7 @@ def serve(
         app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
     )
     logging.getLogger("uvicorn.error").addFilter(_QuietDeliberateResets())
+    logging.getLogger("uvicorn.error").addFilter(QuietStop())  # open requests dropped after 1 s
     print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -10,7 +10,7 @@ nothing at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +24,9 @@ from postledger.batches.posts import (
     input_parts,
     legacy_fingerprint,
 )
-from postledger.record.db import insert_many
+from postledger.record.db import CHUNK, chunks, insert_many
 from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
 from postledger.record.states import Transitions
-
-# Rows per executemany of an INSERT or UPDATE (and ids per IN list): keeps one statement's
-# parameters small in memory, and an IN list under every database's limit of bound values.
-CHUNK = 5_000
 
 
 @dataclass(frozen=True)
@@ -90,9 +86,9 @@ def sync_posts(
             moved.append({"pid": post.id, "position": position})
     inserted += _insert(session, moves, new)
     where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
-    for chunk in _chunks(moved):
+    for chunk in chunks(moved):
         session.connection().execute(update(table).where(where), chunk)
-    for chunk in _chunks(upgraded):
+    for chunk in chunks(upgraded):
         session.connection().execute(update(table).where(where), chunk)
     _start_over(session, moves, month, changed)
     return SyncReport(new=inserted, unchanged=unchanged, changed=len(changed))
@@ -140,11 +136,9 @@ def _start_over(
 ) -> None:
     """R25: nothing of the old work is reused: not its result, not its batch."""
     ids = list(changed)
-    for start in range(0, len(ids), CHUNK):
+    for some in chunks(ids):
         records = session.exec(
-            select(PostRecord).where(
-                PostRecord.month == month, col(PostRecord.post_id).in_(ids[start : start + CHUNK])
-            )
+            select(PostRecord).where(PostRecord.month == month, col(PostRecord.post_id).in_(some))
         )
         for record in records:
             position, post, parts, print_ = changed[record.post_id]
@@ -159,8 +153,3 @@ def _start_over(
                 session.add(record)
             else:
                 moves.post(record, PostStatus.PENDING, why)
-
-
-def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    for start in range(0, len(rows), CHUNK):
-        yield rows[start : start + CHUNK]

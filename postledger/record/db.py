@@ -15,7 +15,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Insert, Table, Update, create_engine, event, insert, text
 from sqlalchemy.engine import make_url
@@ -152,6 +152,19 @@ class WriteLocks:
         if not self._sqlite:
             key = zlib.crc32(f"postledger:{scope}".encode())
             session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
+# Rows per executemany (and ids per IN list) of the bulk writes: keeps one statement's
+# parameters small in memory, and an IN list under every database's limit of bound values.
+CHUNK = 5_000
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """`items` a CHUNK at a time."""
+    for start in range(0, len(items), CHUNK):
+        yield items[start : start + CHUNK]
 
 
 def insert_many(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, event, func, update
 from sqlmodel import Session, select
 
-from postledger.record.db import execute_many, insert_many
+from postledger.record.db import chunks, execute_many, insert_many
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -93,10 +93,6 @@ class LedgerConflict(RuntimeError):
     """Records changed under a bulk move; the transaction is rolled back."""
 
 
-# Rows per executemany of a bulk move: keeps one statement's parameters small in memory.
-_CHUNK = 5_000
-
-
 def post_can_move(current: PostStatus, target: PostStatus) -> bool:
     return target in POST_TRANSITIONS[current]
 
@@ -114,8 +110,8 @@ class Transitions:
         self._next_seq: int | None = None
         self._events: list[dict[str, object]] = []
         # Logged events reach the database with the session's next flush or commit.
-        event.listen(session, "before_flush", self._write_events)
-        event.listen(session, "before_commit", self._write_events)
+        event.listen(session, "before_flush", self.write_events)
+        event.listen(session, "before_commit", self.write_events)
 
     def post(
         self,
@@ -183,8 +179,7 @@ class Transitions:
             self._log(EntityKind.POST, change.post_id, current, target, change.why)
         rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
         moved = sum(
-            execute_many(self._session.connection(), statement, rows[start : start + _CHUNK])
-            for start in range(0, len(rows), _CHUNK)
+            execute_many(self._session.connection(), statement, chunk) for chunk in chunks(rows)
         )
         if moved != len(rows):
             raise LedgerConflict(
@@ -246,14 +241,11 @@ class Transitions:
         )
         self._next_seq += 1
 
-    def write_events(self) -> None:
-        """Write the events logged so far now, not at the next flush: a long step (a month's
-        sync) keeps only a chunk of them in memory."""
-        self._write_events()
-
-    def _write_events(self, *_: object) -> None:
+    def write_events(self, *_: object) -> None:
         """Insert the logged events in one statement: a batch moves 25 posts at once, and an
-        ORM object per event cost more than the rest of the transaction."""
+        ORM object per event cost more than the rest of the transaction. Called at the
+        session's flush and commit, and by a long step (a month's sync) to keep only a chunk
+        of them in memory."""
         if self._events:
             events = EventRecord.__table__  # type: ignore[attr-defined]
             insert_many(self._session.connection(), events, self._events)
