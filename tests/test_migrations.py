@@ -14,7 +14,7 @@ from sqlmodel import SQLModel
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
-from postledger.record.migrate import SchemaMismatch, head_revision
+from postledger.record.migrate import SchemaMismatch, alembic_config, head_revision
 from tests.helpers import ledger_at_baseline
 
 
@@ -108,3 +108,9 @@ def test_a_ledger_from_between_releases_gets_only_what_it_lacks(any_ledger_url: 
         differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
     assert differences == []
     ledger.close()
+
+
+def test_the_head_postledger_knows_is_alembics_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
