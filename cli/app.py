@@ -16,24 +16,37 @@ import typer
 from rich.console import Console
 
 from postledger.batches.posts import InputError, parse_month
-from postledger.settings import Settings
 
 if TYPE_CHECKING:
     from postledger.record.models import Question
+    from postledger.settings import Settings
 
 app = typer.Typer(
     help="Send a month of posts to a paid AI service in batches, with a ledger that never loses "
     "track of what was sent, paid for, or finished.",
     no_args_is_help=True,
     add_completion=False,
+    # Click's plain help: flags shown as flags (not `<bool>`), paragraphs rewrapped to the
+    # terminal instead of broken where the docstring's lines end.
+    rich_markup_mode=None,
 )
-sim_app = typer.Typer(help="The bundled upstream simulator (a stand-in for the paid AI).")
+sim_app = typer.Typer(
+    help="The bundled upstream simulator (a stand-in for the paid AI).", rich_markup_mode=None
+)
 app.add_typer(sim_app, name="sim")
 
 out = Console()
 err = Console(stderr=True)
 
 MonthOption = Annotated[str, typer.Option("--month", "-m", help="The month, as YYYY-MM.")]
+
+
+def _settings() -> Settings:
+    # Imported when a command runs: `--help` and a mistyped command answer without it
+    # (pydantic-settings and SQLAlchemy are most of a read command's start).
+    from postledger.settings import Settings
+
+    return Settings()
 
 
 def _month(value: str) -> str:
@@ -108,7 +121,7 @@ def status(
     )
 
     month = _month(month)
-    settings = Settings()
+    settings = _settings()
 
     def show() -> None:
         report = month_status(settings, month)
@@ -157,7 +170,7 @@ def report(
     from postledger.progress.status import open_read_only, status_of
 
     month = _month(month)
-    ledger = open_read_only(Settings())
+    ledger = open_read_only(_settings())
     summary = status_of(ledger, month) if ledger is not None else None
     if ledger is None or summary is None:
         err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
@@ -188,7 +201,7 @@ def retry(
         known = ", ".join(k.value for k in FailureKind)
         err.print(f"[red]error:[/] unknown kind in {kind}; known kinds: {known}")
         raise typer.Exit(2) from None
-    ledger = Ledger(Settings().resolved_database_url())
+    ledger = Ledger(_settings().resolved_database_url())
     count = ledger.retry_failed(month, kinds)
     ledger.close()
     out.print(f"{count} failed posts of {month} will be sent again by the next run.")
@@ -238,14 +251,19 @@ def approve(
             "--stop says no and cannot go with --poll or --resubmit: give `postledger approve "
             f"--month {month} --stop` alone to refuse, or --poll and/or --resubmit to say yes."
         )
-    settings = Settings()
+    settings = _settings()
     looked = open_read_only(settings)  # a folder with no ledger gets none made for it
     if looked is None:
         err.print("Nothing waits for an answer: there is no ledger here yet.")
         raise typer.Exit(1)
+    known = looked.knows_month(month)
     looked.close()
     ledger = Ledger(settings.resolved_database_url())
     question = ledger.approvals.waiting(month)
+    if question is None and not known:
+        ledger.close()
+        err.print(f"Nothing waits for an answer: {_unknown_month(month)}")
+        raise typer.Exit(1)
     upstream = question.upstream if question else settings.breaker_name()
     plan = recovery_plan(ledger, month, settings)
     breaker_open = ledger.approvals.breaker(upstream).level is BreakerLevel.OPEN
@@ -313,6 +331,14 @@ def approve(
         else:
             out.print(f"resumed flow run {question.flow_run_id}.")
     ledger.close()
+
+
+def _unknown_month(month: str) -> str:
+    return (
+        f"the ledger knows nothing of {month}: no run of it has started here. (Another month? "
+        f"`postledger status --month {month}` says what the ledger has.) To start it: "
+        f"postledger run --month {month}"
+    )
 
 
 def _refuse(message: str) -> NoReturn:
@@ -385,10 +411,10 @@ def plan_command(
     from postledger.recovery.interrupted import recovery_plan
 
     month = _month(month)
-    settings = Settings()
+    settings = _settings()
     ledger = open_read_only(settings)
-    if ledger is None:
-        err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
+    if ledger is None or not ledger.knows_month(month):
+        err.print(f"[yellow]{_unknown_month(month)}[/]")
         raise typer.Exit(1)
     plan = recovery_plan(ledger, month, settings)
     ledger.close()
@@ -406,7 +432,7 @@ def breaker(
     only (never calls the AI)."""
     from postledger.progress.status import breaker_report, breaker_tables, open_read_only
 
-    settings = Settings()
+    settings = _settings()
     ledger = open_read_only(settings)
     report = breaker_report(ledger, settings.breaker_name())
     if ledger is not None:
@@ -449,7 +475,7 @@ def setup(
 
         if ledger_block:
             register_block_types()  # so that the block can be loaded on a server never set up
-        settings = settings_from_blocks(ledger=ledger_block) if ledger_block else Settings()
+        settings = settings_from_blocks(ledger=ledger_block) if ledger_block else _settings()
         url = settings.resolved_database_url()
         ledger = Ledger(url)  # opening for writing migrates
         out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
@@ -467,12 +493,22 @@ def sample(
     out_path: Annotated[
         Path | None, typer.Option("--out", help="Default: data/posts/YYYY-MM.jsonl")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the file if it exists already.")
+    ] = False,
 ) -> None:
     """Write a deterministic, realistic sample month of posts."""
     from simulator.sample import generate_posts, write_posts
 
     month = _month(month)
-    path = out_path or Settings().data_dir / f"{month}.jsonl"
+    path = out_path or _settings().data_dir / f"{month}.jsonl"
+    if path.exists() and not force:
+        # A month's posts file may be real data: never replaced without being asked.
+        err.print(
+            f"[red]error:[/] {path} exists already. Give another --out, or add --force to "
+            "replace it."
+        )
+        raise typer.Exit(1)
     write_posts(path, generate_posts(month, count, seed))
     out.print(f"wrote {count} posts to {path}")
 

@@ -178,6 +178,6 @@ def breaker_question(ledger: Ledger, month: str, upstream: str, settings: Settin
         f"run until a person continues. No answer within {settings.approval_timeout} s counts "
         "as stop.",
         "",
-        f"Now: {advice(ledger.approvals.breaker(upstream).level)}.",
+        f"Now: {advice(ledger.approvals.breaker(upstream).level, month)}.",
     ]
     return "\n".join(lines)

@@ -49,12 +49,17 @@ def window(level: BreakerLevel, max_in_flight: int) -> int:
     return {BreakerLevel.NORMAL: max_in_flight, BreakerLevel.PROBE: 1, BreakerLevel.OPEN: 0}[level]
 
 
-def advice(level: BreakerLevel) -> str:
+def advice(level: BreakerLevel, month: str | None = None) -> str:
+    """What to do at `level`; `month`: the month whose run waits (or last tripped it)."""
     if level is BreakerLevel.OPEN:
+        answer = (
+            f"`postledger approve --month {month} [--note TEXT]`"
+            if month
+            else "`postledger approve --month <the month to run> [--note TEXT]`"
+        )
         return (
             "nothing new is sent. Check the upstream, then continue: in the Prefect UI (Resume "
-            "on the paused run) or `postledger approve --month YYYY-MM [--note TEXT]`; the "
-            "next batches then run one at a time first"
+            f"on the paused run) or {answer}; the next batches then run one at a time first"
         )
     if level is BreakerLevel.PROBE:
         return "one batch at a time; the next success returns to normal"

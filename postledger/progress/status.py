@@ -159,9 +159,14 @@ def breaker_report(ledger: Ledger | None, configured: str) -> dict[str, Any]:
     known = ledger.approvals.breakers() if ledger is not None else []
     if configured not in {b.upstream for b in known}:
         known.append(BreakerRecord(upstream=configured))
+    waiting = ledger.approvals.all_waiting() if ledger is not None else []
     breakers = []
     for breaker in known:
         history = ledger.approvals.history(breaker.upstream) if ledger is not None else []
+        # The month to answer for: the one whose run waits, else the one that tripped it last.
+        asking = [q.month for q in waiting if q.upstream == breaker.upstream]
+        tripped = [e.month for e in history if e.month]
+        month = next(iter(asking or tripped[-1:]), None)
         breakers.append(
             {
                 "upstream": breaker.upstream,
@@ -169,7 +174,7 @@ def breaker_report(ledger: Ledger | None, configured: str) -> dict[str, Any]:
                 "failures_in_a_row": breaker.failures,
                 "since": breaker.changed_at.isoformat() if history else None,
                 "reason": breaker.reason,
-                "what_to_do": advice(breaker.level),
+                "what_to_do": advice(breaker.level, month),
                 "history": [
                     {
                         "at": e.at.isoformat(),
@@ -182,7 +187,6 @@ def breaker_report(ledger: Ledger | None, configured: str) -> dict[str, Any]:
                 ],
             }
         )
-    waiting = ledger.approvals.all_waiting() if ledger is not None else []
     return {
         "breakers": breakers,
         "waiting_for_a_person": [
@@ -256,15 +260,18 @@ def recovery_table(month: str, plan: RecoveryPlan) -> Table:
     return table
 
 
-def failed_posts_table(settings: Settings, month: str) -> Table:
+def failed_posts_table(settings: Settings, month: str) -> Table | str:
+    """Every failed post of the month with its kind and reason; a sentence when none failed."""
     ledger = open_read_only(settings)
+    failed = ledger.posts(month, PostStatus.FAILED) if ledger is not None else []
+    if ledger is not None:
+        ledger.close()
+    if not failed:
+        return f"No post of {month} has failed."
     table = Table(title=f"failed posts of {month}", title_justify="left")
     for column in ("post", "kind", "attempts", "reason"):
         table.add_column(column, overflow="fold")
-    if ledger is None:
-        return table
-    for post in ledger.posts(month, PostStatus.FAILED):
+    for post in failed:
         kind = post.failure_kind.value if post.failure_kind else ""
         table.add_row(post.post_id, kind, str(post.attempts), post.failure_reason or "")
-    ledger.close()
     return table

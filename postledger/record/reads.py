@@ -126,6 +126,12 @@ class LedgerReads:
             )
             return set(session.exec(query))
 
+    def knows_month(self, month: str) -> bool:
+        """Whether any post of the month was ever synced (a run of it has started)."""
+        with self._read() as session:
+            query = select(PostRecord.post_id).where(PostRecord.month == month)
+            return session.exec(query.limit(1)).first() is not None
+
     def has_posts(self, month: str, status: PostStatus) -> bool:
         """Whether any post of the month is in `status`: cheaper than `counts`, which the
         dispatch loop would otherwise ask between every two batches."""

@@ -248,6 +248,8 @@ def breaker_level(env: dict[str, str], cwd: Path, upstream: str) -> str:
     shown = postledger("breaker", "--json", cwd=cwd, env=env)
     assert shown.returncode == 0, shown.stderr
     (breaker,) = [b for b in json.loads(shown.stdout)["breakers"] if b["upstream"] == upstream]
+    if breaker["level"] == "open":  # the answer to copy, for the month that tripped it
+        assert f"postledger approve --month {MONTH} " in breaker["what_to_do"], breaker
     return str(breaker["level"])
 
 

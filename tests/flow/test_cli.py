@@ -36,6 +36,15 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
     assert result.returncode == 0
     for command in ("run", "status", "approve", "breaker", "setup", "sample", "sim"):
         assert command in result.stdout
+    run = postledger("run", "--help", cwd=tmp_path)
+    assert run.returncode == 0
+    lines = run.stdout.splitlines()
+    # A flag is shown as a flag; an option that takes a value, with it.
+    assert any(line.split()[:1] == ["--poll"] for line in lines), run.stdout
+    assert "<bool>" not in run.stdout and "--latency <float>" in run.stdout
+    # Paragraphs are wrapped to the terminal, not broken where the docstring's lines end
+    # (one of them ends with "loopback").
+    assert not any(line.rstrip().endswith("loopback") for line in lines), run.stdout
 
 
 def test_sample_is_deterministic_and_is_the_shipped_month(tmp_path: Path) -> None:
@@ -54,6 +63,19 @@ def test_sample_is_deterministic_and_is_the_shipped_month(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stderr
     assert out.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_sample_never_replaces_a_file_unless_forced(tmp_path: Path) -> None:
+    posts = tmp_path / "2026-10.jsonl"
+    posts.write_text('{"id": "mine", "text": "a real post"}\n')
+    args = ("sample", "--month", "2026-10", "--count", "3", "--out", str(posts))
+    refused = postledger(*args, cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "exists already" in refused.stderr and "--force" in refused.stderr
+    assert posts.read_text() == '{"id": "mine", "text": "a real post"}\n'
+    forced = postledger(*args, "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert len(posts.read_text().splitlines()) == 3
 
 
 def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
@@ -76,8 +98,9 @@ def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
     assert report["counts"]["completed"] == 300
     assert report["unfinished"] == 0
 
-    table = postledger("status", "--month", "2026-10", cwd=tmp_path)
+    table = postledger("status", "--month", "2026-10", "--failed", cwd=tmp_path)
     assert "completed" in table.stdout and "300" in table.stdout
+    assert "No post of 2026-10 has failed." in table.stdout
 
 
 @pytest.mark.parametrize(
@@ -131,7 +154,11 @@ def test_breaker_and_approve_on_a_fresh_folder(tmp_path: Path) -> None:
     Ledger(f"sqlite:///{tmp_path / '.postledger' / 'ledger.db'}").close()
     answered = postledger("approve", "--month", "2026-10", "--note", "just in case", cwd=tmp_path)
     assert answered.returncode == 1
-    assert "breaker of simulator is normal" in answered.stderr
+    assert "the ledger knows nothing of 2026-10" in answered.stderr
+    assert "postledger run --month 2026-10" in answered.stderr
+    planned = postledger("plan", "--month", "2026-10", cwd=tmp_path)
+    assert planned.returncode == 1
+    assert "the ledger knows nothing of 2026-10" in planned.stdout + planned.stderr
 
 
 def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> None:

@@ -73,6 +73,9 @@ def test_probe_and_open_ignore_the_configured_window(max_in_flight: int) -> None
 
 def test_the_advice_of_an_open_breaker_says_a_person_must_continue_it() -> None:
     assert "postledger approve" in advice(OPEN)
+    # With the month, a command to copy as it is; never a placeholder format.
+    assert "`postledger approve --month 2026-10 [--note TEXT]`" in advice(OPEN, "2026-10")
+    assert "YYYY-MM" not in advice(OPEN)
     assert "one batch at a time" in advice(PROBE)
     assert advice(NORMAL) == "nothing to do"
 
