@@ -256,7 +256,8 @@ def approve(
     if looked is None:
         err.print("Nothing waits for an answer: there is no ledger here yet.")
         raise typer.Exit(1)
-    known = looked.knows_month(month)
+    # Seen: posts synced, or a question asked (a breaker trips for every month of a run).
+    known = looked.knows_month(month) or bool(looked.approvals.approvals(month))
     looked.close()
     ledger = Ledger(settings.resolved_database_url())
     question = ledger.approvals.waiting(month)

@@ -27,6 +27,7 @@ from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import answer_given_before, ask_about_interrupted, carry_out
 from flows.slots import free_stale_slots
 from postledger.batches.posts import (
+    InputError,
     Post,
     default_posts_path,
     load_posts,
@@ -54,7 +55,11 @@ __all__ = ["RunStopped", "monthly_posts"]
 
 def _run_name() -> str:
     month = flow_run.parameters.get("month")
-    return f"posts {parse_month(month) if month else previous_month()}"
+    try:
+        return f"posts {parse_month(month) if month else previous_month()}"
+    except InputError:
+        # The run must start to say why it stops: the flow then fails with the message.
+        return f"posts of a bad month {month!r}"
 
 
 @flow(
@@ -74,11 +79,22 @@ def monthly_posts(
 ) -> dict[str, Any]:
     """Process one month of posts (default: the month before today, UTC).
 
-    `poll` / `resubmit`: a person's answers given up front about batches an earlier run sent
-    but never saw answered — poll their known upstream tasks; send again those with no task id
-    (which may be charged twice). Unset: the run asks, in its paused form, when it gets there.
-    `upstream_block` / `ledger_block`: names of a `postledger-upstream` and a
-    `postledger-ledger` block; what they leave unset comes from the `POSTLEDGER_*` variables.
+    Prefect shows the descriptions below in the deployment's run form.
+
+    Args:
+        month: The month to process, as YYYY-MM (e.g. 2026-10). Empty: the month that just
+            ended (UTC), as the monthly schedule wants.
+        posts_path: The month's posts, a JSONL file (one {"id", "text"} object per line).
+            Empty: data/posts/YYYY-MM.jsonl under the data folder of the settings.
+        poll: Batches an earlier run sent but never saw answered, whose upstream task is
+            known: yes, poll them. Free: polling is never charged. Empty: the run asks.
+        resubmit: Interrupted batches with no known task: yes, send them again. May be
+            charged twice, if the first send reached the upstream (`postledger plan` shows
+            how much). Empty: the run asks, in its paused form.
+        upstream_block: Name of a postledger-upstream block (URL, key, kind). Empty: the
+            POSTLEDGER_UPSTREAM_* variables.
+        ledger_block: Name of a postledger-ledger block (the ledger's database). Empty: the
+            POSTLEDGER_DATABASE_URL variable, or the SQLite file in the project folder.
     """
     settings = settings_from_blocks(upstream_block, ledger_block)
     with in_force(settings):

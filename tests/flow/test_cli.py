@@ -154,11 +154,11 @@ def test_breaker_and_approve_on_a_fresh_folder(tmp_path: Path) -> None:
     Ledger(f"sqlite:///{tmp_path / '.postledger' / 'ledger.db'}").close()
     answered = postledger("approve", "--month", "2026-10", "--note", "just in case", cwd=tmp_path)
     assert answered.returncode == 1
-    assert "the ledger knows nothing of 2026-10" in answered.stderr
-    assert "postledger run --month 2026-10" in answered.stderr
+    assert "the ledger knows nothing of 2026-10" in one_line(answered.stderr)
+    assert "postledger run --month 2026-10" in one_line(answered.stderr)
     planned = postledger("plan", "--month", "2026-10", cwd=tmp_path)
     assert planned.returncode == 1
-    assert "the ledger knows nothing of 2026-10" in planned.stdout + planned.stderr
+    assert "the ledger knows nothing of 2026-10" in one_line(planned.stdout + planned.stderr)
 
 
 def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> None:

@@ -151,3 +151,24 @@ def test_month_on_a_postgresql_ledger(
         {f"g{i}": 1 for i in range(60)}
     )
     ledger.close()
+
+
+def test_a_bad_month_fails_the_run_with_the_message_the_cli_gives(
+    prefect_harness: None, sim: Sim, ledger: Ledger
+) -> None:
+    """As a deployment parameter: the run starts, is named for what it was given, and ends
+    Failed with the one-line reason (not Crashed with an exit code), touching nothing."""
+    from prefect import get_client
+
+    from flows.monthly import monthly_posts
+    from postledger.batches.posts import InputError, parse_month
+
+    with pytest.raises(InputError) as given:
+        parse_month("2026-13")
+    state = monthly_posts(month="2026-13", return_state=True)
+    assert state.is_failed(), state
+    assert str(given.value) in (state.message or ""), state.message
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(state.state_details.flow_run_id)
+    assert run.name == "posts of a bad month '2026-13'"
+    assert ledger.posts("2026-13") == [] and sim.charges() == []
