@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -75,8 +76,9 @@ def run_month(
         if server is not None:
             server.wait_ready()
         ledger = Ledger(settings.resolved_database_url())
+        before = progress_of(ledger, month)
         stopped: str | None = None
-        with _progress_bar(ledger, month, total, console):
+        with _progress_bar(ledger, month, total, console, embedded=server is not None):
             try:
                 monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)
             except InputError as exc:
@@ -93,11 +95,59 @@ def run_month(
     console.print(status_table(report))
     if (table := failures_table(report)) is not None:
         console.print(table)
+    console.print(_what_this_run_did(before, report))
+    console.print(f"ledger: {_shown(settings.resolved_database_url())}")
+    console.print(f"results: postledger report --month {month}  (posts and a summary, as files)")
     return 0 if report["unfinished"] == 0 and not stopped else 1
 
 
+def _what_this_run_did(before: dict[str, Any] | None, after: dict[str, Any]) -> str:
+    """What changed in the month's ledger during this run, in one line."""
+    ended = {k: after[k] - (before or {}).get(k, 0) for k in ("completed", "failed")}
+    left = after["unfinished"]
+    if not any(ended.values()):
+        if left == 0:
+            return "this run: nothing was sent, nothing was left to do"
+        return f"this run: nothing was finished; {left} posts are left"
+    tail = "nothing is left" if left == 0 else f"{left} posts are left"
+    return f"this run: {ended['completed']} completed, {ended['failed']} failed; {tail}"
+
+
+def _shown(url: str) -> str:
+    """The ledger's URL as it may be printed: a file path as a path, never a password."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.drivername.startswith("sqlite") and parsed.database:
+        return str(Path(parsed.database).resolve())
+    return parsed.render_as_string(hide_password=True)
+
+
+def _paused(kind: Question, month: str, *, embedded: bool) -> str:
+    """Why the run waits and how to answer, in full. This run's private server serves no UI:
+    then only the command, typed in another terminal, answers it."""
+    where = "in another terminal" if embedded else "in the Prefect UI (Resume) or"
+    if kind is Question.BREAKER:
+        return (
+            f"[red]paused: the circuit breaker is open.[/] Answer {where} with `postledger "
+            f"approve --month {month}` (continue) or `postledger approve --month {month} --stop`"
+        )
+    if kind is Question.BUDGET:
+        return (
+            f"[red]paused: the next batch could cross {month}'s budget.[/] Answer {where} with "
+            f"`postledger approve --month {month}` (continue) or `... --stop`"
+        )
+    return (
+        f"[red]paused: interrupted batches need a yes.[/] `postledger plan --month {month}` "
+        f"shows the cost at risk; answer {where} with `postledger approve --month {month} "
+        "--poll` and/or `--resubmit`, or `--stop`"
+    )
+
+
 @contextmanager
-def _progress_bar(ledger: Ledger, month: str, total: int, console: Console) -> Iterator[None]:
+def _progress_bar(
+    ledger: Ledger, month: str, total: int, console: Console, *, embedded: bool
+) -> Iterator[None]:
     stop = threading.Event()
     progress = Progress(
         TextColumn(f"[bold]{month}[/]"),
@@ -120,14 +170,7 @@ def _progress_bar(ledger: Ledger, month: str, total: int, console: Console) -> I
                 f"{report['counts']['running']} running"
             )
             if (question := ledger.approvals.waiting(month)) is not None:
-                detail = (
-                    "[red]paused: the circuit breaker is open.[/] Answer in the Prefect UI or "
-                    f"with `postledger approve --month {month} [--stop]`"
-                    if question.kind is Question.BREAKER
-                    else "[red]paused: interrupted batches need a yes.[/] See `postledger plan "
-                    f"--month {month}`; answer in the Prefect UI or with `postledger approve "
-                    f"--month {month} --poll [--resubmit]`"
-                )
+                detail = _paused(question.kind, month, embedded=embedded)
             progress.update(bar, completed=report["completed"] + report["failed"], detail=detail)
 
     watcher = threading.Thread(target=refresh, name="postledger-progress", daemon=True)

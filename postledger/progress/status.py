@@ -14,7 +14,7 @@ from postledger.failures.policy import CONTINUE_HINTS
 from postledger.guards.charges import spend_summary
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
-from postledger.record.models import Answer, BatchStatus, PostStatus
+from postledger.record.models import Answer, BatchStatus, PostStatus, Question
 from postledger.recovery.interrupted import RecoveryPlan
 from postledger.settings import Settings
 
@@ -110,6 +110,38 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
         # yes (see `postledger plan`); while a run is going, they are simply in flight.
         "running_batches": batches.running,
         "failures": failures,
+        # A run of the month paused on a question: what it asks and how to answer it.
+        "waiting_for": _waiting_for(ledger, month),
+    }
+
+
+_ASKS = {
+    Question.BREAKER: (
+        "the circuit breaker is open: continue (one batch at a time first) or stop",
+        "postledger approve --month {month}  (or --stop)",
+    ),
+    Question.BUDGET: (
+        "the next batch could cross the month's budget: continue past it or stop",
+        "postledger approve --month {month}  (or --stop)",
+    ),
+    Question.RECOVERY: (
+        "interrupted batches need a yes: poll their known tasks (free), send again those with "
+        "no task id (may be charged twice: `postledger plan --month {month}` shows how much)",
+        "postledger approve --month {month} --poll and/or --resubmit  (or --stop)",
+    ),
+}
+
+
+def _waiting_for(ledger: Ledger, month: str) -> dict[str, str] | None:
+    question = ledger.approvals.waiting(month)
+    if question is None:
+        return None
+    asks, answer = _ASKS[question.kind]
+    return {
+        "question": question.kind.value,
+        "asked_at": question.asked_at.isoformat(),
+        "asks": asks.format(month=month),
+        "answer_with": answer.format(month=month),
     }
 
 
@@ -131,6 +163,10 @@ def status_table(report: dict[str, Any]) -> Table:
     )
     for failure in report["failures"]:
         table.add_row(f"[red]failed: {failure['kind']}[/]", str(failure["count"]))
+    if waiting := report.get("waiting_for"):
+        table.add_section()
+        table.add_row("[yellow]paused[/]", f"[yellow]{waiting['asks']}[/]")
+        table.add_row("answer with", waiting["answer_with"])
     return table
 
 

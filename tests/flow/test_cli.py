@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from postledger.batches.posts import Post
 from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, Question
@@ -90,6 +91,11 @@ def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "bundled simulator" in run.stdout and "nothing is paid" in run.stdout
     assert (tmp_path / ".postledger" / "ledger.db").is_file()
+    # Where the ledger is, how to see the results, and what this run did.
+    said = one_line(run.stdout)
+    assert f"ledger: {(tmp_path / '.postledger' / 'ledger.db').resolve()}" in said
+    assert "results: postledger report --month 2026-10" in said
+    assert "this run: 300 completed, 0 failed; nothing is left" in said
 
     status = postledger("status", "--month", "2026-10", "--json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
@@ -345,3 +351,33 @@ def test_approve_still_answers_the_question_it_names(
     assert record.answer is answer and record.answered_by == "postledger approve"
     assert ledger.approvals.waiting(MONTH) is None
     ledger.close()
+
+
+def test_a_run_says_what_it_did_in_one_line() -> None:
+    from cli.runner import _what_this_run_did
+
+    done = {"completed": 12, "failed": 1, "unfinished": 0}
+    assert _what_this_run_did(done, done) == "this run: nothing was sent, nothing was left to do"
+    assert _what_this_run_did(None, {"completed": 0, "failed": 0, "unfinished": 5}) == (
+        "this run: nothing was finished; 5 posts are left"
+    )
+    assert _what_this_run_did({"completed": 2, "failed": 0, "unfinished": 11}, done) == (
+        "this run: 10 completed, 1 failed; nothing is left"
+    )
+
+
+@pytest.mark.parametrize("kind", list(Question))
+def test_status_shows_a_paused_month_with_its_question_and_the_answer(
+    tmp_path: Path, kind: Question
+) -> None:
+    ledger = ledger_here(tmp_path)
+    ledger.sync_posts(MONTH, [Post("p1", "a post", 1)], model="m", prompt="p")
+    ledger.close()
+    waiting_question(tmp_path, kind, open_breaker=kind is Question.BREAKER)
+    shown = postledger("status", "--month", MONTH, "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    waiting = json.loads(shown.stdout)["waiting_for"]
+    assert waiting["question"] == kind.value
+    assert waiting["answer_with"].startswith(f"postledger approve --month {MONTH}")
+    table = one_line(postledger("status", "--month", MONTH, cwd=tmp_path).stdout)
+    assert "paused" in table and f"postledger approve --month {MONTH}" in table
