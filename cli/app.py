@@ -104,7 +104,13 @@ def status(
     month: MonthOption,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     watch: Annotated[
-        bool, typer.Option("--watch", "-w", help="Refresh every few seconds until Ctrl-C.")
+        bool,
+        typer.Option(
+            "--watch",
+            "-w",
+            help="Refresh every few seconds until the month ends (or Ctrl-C); a month not "
+            "started yet is waited for.",
+        ),
     ] = False,
     every: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 3.0,
     failed: Annotated[
@@ -123,14 +129,7 @@ def status(
     month = _month(month)
     settings = _settings()
 
-    def show() -> None:
-        report = month_status(settings, month)
-        if report is None:
-            err.print(
-                f"[yellow]The ledger knows nothing of {month} yet.[/] Run: postledger run "
-                f"--month {month}"
-            )
-            raise typer.Exit(1)
+    def show(report: dict[str, object]) -> None:
         if as_json:
             sys.stdout.write(json.dumps(report, indent=2) + "\n")
             return
@@ -141,18 +140,33 @@ def status(
             out.print(failed_posts_table(settings, month))
 
     if not watch:
-        show()
+        if (report := month_status(settings, month)) is None:
+            err.print(
+                f"[yellow]The ledger knows nothing of {month} yet.[/] Run: postledger run "
+                f"--month {month}"
+            )
+            raise typer.Exit(1)
+        show(report)
         return
     import signal
     import threading
+    from datetime import UTC, datetime
 
     # Ctrl-C sets a flag rather than raising: a KeyboardInterrupt that lands inside a driver's
     # clean-up is swallowed there ("Exception ignored in ..."), and the loop would go on.
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     while not stop.is_set():
+        report = month_status(settings, month)
         out.clear()
-        show()
+        out.print(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC, every {every:g} s (Ctrl-C: stop)")
+        if report is None:
+            out.print(f"waiting for {month} to start: the ledger knows nothing of it yet")
+        else:
+            show(report)
+            if report["unfinished"] == 0 and report["waiting_for"] is None:
+                out.print(f"{month} has ended: every post is completed or failed.")
+                return
         stop.wait(every)
 
 

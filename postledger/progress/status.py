@@ -154,6 +154,7 @@ def status_table(report: dict[str, Any]) -> Table:
         table.add_row(f"[{style}]{status}[/]" if style else status, str(n))
     table.add_section()
     table.add_row("unfinished", str(report["unfinished"]))
+    table.add_row("batches in flight", str(report["batches"][BatchStatus.RUNNING.value]))
     shown = report["spend"]["shown"]
     table.add_row("spend confirmed / possible / wasted", " / ".join(shown.values()))
     retries = report["retries"]

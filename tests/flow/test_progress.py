@@ -91,15 +91,21 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     listed = postledger("status", "--month", MONTH, "--failed", COLUMNS="250")
     failed_ids = [p.post_id for p in posts if p.status is PostStatus.FAILED]
     assert all(post_id in listed.stdout for post_id in failed_ids)
+    # Watching an ended month shows it once and ends by itself.
+    watched = postledger("status", "-m", MONTH, "--watch", "--every", "0.3")
+    assert watched.returncode == 0, watched.stderr
+    assert f"{MONTH} has ended" in watched.stdout and "batches in flight" in watched.stdout
+    # A month not started yet is waited for, refreshed, until Ctrl-C.
     screen = tmp_path / "watch.out"
-    watch = [sys.executable, "-m", "cli", "status", "-m", MONTH, "--watch", "--every", "0.3"]
-    with screen.open("w") as sink, running(watch, env=child_env(), stdout=sink) as watched:
+    later = "2026-11"
+    watch = [sys.executable, "-m", "cli", "status", "-m", later, "--watch", "--every", "0.3"]
+    with screen.open("w") as sink, running(watch, env=child_env(), stdout=sink) as watching:
         deadline = time.monotonic() + 60
-        while screen.read_text().count(f"postledger {MONTH}") < 2:  # refreshed at least once
-            assert time.monotonic() < deadline and watched.poll() is None
+        while screen.read_text().count(f"waiting for {later} to start") < 2:  # refreshed
+            assert time.monotonic() < deadline and watching.poll() is None
             time.sleep(0.2)
-        watched.send_signal(signal.SIGINT)
-        assert watched.wait(timeout=30) == 0
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(timeout=30) == 0
     assert faulty.stats()["requests"] == stats_before
 
     status = json.loads(shown.stdout)
