@@ -273,7 +273,7 @@ def _command_line() -> str:
     return " ".join([name, *sys.argv[1:]])
 
 
-def _one_certificate(home: Path) -> Path:
+def one_certificate(home: Path) -> Path:
     """A CA file of one certificate (the first of certifi's bundle), written once per home."""
     path = home / "postledger-loopback-ca.pem"
     if not path.exists():
@@ -329,7 +329,7 @@ def _serve(home: Path, startup_timeout: float) -> Iterator[LocalServer]:
     finally:
         listener.close()  # the server has its own copy
     api_url = f"http://127.0.0.1:{port}/api"
-    client_settings = {**CLIENT_SETTINGS, CA_FILE_SETTING: str(_one_certificate(home))}
+    client_settings = {**CLIENT_SETTINGS, CA_FILE_SETTING: str(one_certificate(home))}
     saved = {name: os.environ.get(name) for name in ("PREFECT_API_URL", *client_settings)}
     try:
         os.environ.update({"PREFECT_API_URL": api_url, **client_settings})

@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from blocks import settings_from_blocks
+from flows.api_clients import lighter_task_run_clients
 from flows.artifacts import MonthArtifacts
 from flows.dispatch import RunStopped, run_until_done
 from flows.limits import ensure_tag_limit
@@ -97,7 +98,7 @@ def monthly_posts(
             POSTLEDGER_DATABASE_URL variable, or the SQLite file in the project folder.
     """
     settings = settings_from_blocks(upstream_block, ledger_block)
-    with in_force(settings):
+    with in_force(settings), lighter_task_run_clients():
         return _monthly_posts(settings, month, posts_path, poll, resubmit)
 
 
