@@ -14,14 +14,17 @@ from datetime import datetime
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from postledger.record.db import chunks, insert_many
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
+    Charge,
     EntityKind,
     FailureKind,
     PostRecord,
     PostStatus,
     batch_id_for,
+    utcnow,
 )
 from postledger.record.reads import posts_in
 from postledger.record.states import PostChange, Transitions
@@ -64,8 +67,17 @@ def plan_batches(posts: Sequence[Sized], *, max_posts: int, max_chars: int) -> B
 
 
 @dataclass(frozen=True)
+class PlannedBatch:
+    """A batch as planned: in the ledger, `queued`, nothing of it sent."""
+
+    batch_id: str
+    post_ids: list[str]
+    split_from: str | None = None  # the batch it is half of (R12)
+
+
+@dataclass(frozen=True)
 class PlanReport:
-    batches: list[BatchRecord]
+    batches: list[PlannedBatch]
     too_long: int
 
 
@@ -155,33 +167,66 @@ def new_batches(
     groups: list[list[str]],
     *,
     split_from: str | None = None,
-) -> list[BatchRecord]:
+) -> list[PlannedBatch]:
     """One queued batch per group of post ids, numbered after the month's last, each with an
-    idempotency key of its own (R35). The caller moves the posts into them."""
+    idempotency key of its own (R35). The caller moves the posts into them. In one bulk
+    insert: a month is planned into thousands of batches at once."""
     last_seq = session.exec(
         select(func.max(BatchRecord.seq)).where(BatchRecord.month == month)
     ).one()
-    batches = []
+    now = utcnow()
+    origin = f", half of {split_from}" if split_from else ""
+    rows: list[dict[str, object]] = []
+    planned: list[PlannedBatch] = []
     for offset, post_ids in enumerate(groups, start=1):
         seq = (last_seq or 0) + offset
-        batch = BatchRecord(
-            batch_id=batch_id_for(month, seq),
-            month=month,
-            seq=seq,
-            post_ids=post_ids,
-            idempotency_key=f"postledger-{uuid.uuid4()}",
-            split_from=split_from,
+        batch = PlannedBatch(batch_id_for(month, seq), post_ids, split_from)
+        # Every column, as the ORM would write a new BatchRecord (JSON nulls included).
+        rows.append(
+            {
+                **_NEW_BATCH,
+                "batch_id": batch.batch_id,
+                "month": month,
+                "seq": seq,
+                "post_ids": post_ids,
+                "split_from": split_from,
+                "idempotency_key": f"postledger-{uuid.uuid4()}",
+                "created_at": now,
+                "updated_at": now,
+            }
         )
-        session.add(batch)
-        origin = f", half of {split_from}" if split_from else ""
         moves.created(
             EntityKind.BATCH,
             batch.batch_id,
             BatchStatus.QUEUED,
             f"planned with {len(post_ids)} posts{origin}",
         )
-        batches.append(batch)
-    return batches
+        planned.append(batch)
+    table = BatchRecord.__table__  # type: ignore[attr-defined]
+    for chunk in chunks(rows):
+        insert_many(session.connection(), table, chunk)
+    return planned
+
+
+# What a new batch holds before anything of it is sent.
+_NEW_BATCH: dict[str, object] = {
+    "request": None,
+    "status": BatchStatus.QUEUED,
+    "upstream": None,
+    "sent_by": None,
+    "upstream_task_id": None,
+    "sends": 0,
+    "charge": Charge.NONE,
+    "not_before": None,
+    "raw_output": None,
+    "usage": None,
+    "request_retries": 0,
+    "gateway_retries": 0,
+    "failure_kind": None,
+    "failure_reason": None,
+    "started_at": None,
+    "finished_at": None,
+}
 
 
 def release_due(session: Session, moves: Transitions, month: str, now: datetime) -> int:

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
@@ -198,15 +198,29 @@ def execute_many(
         for name, bind in compiled.binds.items()
     }
 
-    def value(row: Mapping[str, Any], name: str) -> Any:
-        raw = row[name] if name in row else constants[name]
-        # None too: a JSON column stores it as JSON null, as the ORM does.
-        processor = process.get(name)
-        return raw if processor is None else processor(raw)
-
     names = list(compiled.positiontup or []) if compiled.positional else list(constants)
+    # Column by column: one bind processor call per value, no per-value function of our own.
+    columns = [_bound_column(rows, name, constants, process.get(name)) for name in names]
     if compiled.positional:
-        parameters: list[Any] = [tuple(value(row, name) for name in names) for row in rows]
+        parameters: list[Any] = list(zip(*columns, strict=True))
     else:
-        parameters = [{name: value(row, name) for name in names} for row in rows]
+        parameters = [
+            dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)
+        ]
     return int(connection.exec_driver_sql(str(compiled), parameters).rowcount)
+
+
+def _bound_column(
+    rows: Sequence[Mapping[str, Any]],
+    name: str,
+    constants: Mapping[str, Any],
+    processor: Callable[[Any], Any] | None,
+) -> list[Any]:
+    """The values of parameter `name` for every row, as the driver takes them. None too goes
+    through the processor: a JSON column stores it as JSON null, as the ORM does."""
+    if name not in rows[0]:  # bound by the statement itself, the same for every row
+        value = constants[name]
+        return [value if processor is None else processor(value)] * len(rows)
+    if processor is None:
+        return [row[name] for row in rows]
+    return [processor(row[name]) for row in rows]
