@@ -899,6 +899,21 @@ def run_month(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedPr
     return postledger("run", "--month", MONTH, "--posts", str(posts), *flags, cwd=tmp_path, **env)
 
 
+def finish_month_here(request: Any, tmp_path: Path) -> dict[str, Any]:
+    """The next run of the month `run_month` left unfinished (a crash, an unanswered question),
+    as the monthly flow in this process, against this worker's Prefect server, with a yes to
+    polling and resubmitting given up front. What it finishes and pays is decided by the
+    ledger alone; it raises unless every post ended. (`request`: the test's, for the server.)"""
+    request.getfixturevalue("prefect_harness")
+    from flows.monthly import monthly_posts
+
+    posts_path = str(tmp_path / "posts.jsonl")  # the file `run_month` wrote and read
+    summary: dict[str, Any] = monthly_posts(
+        month=MONTH, posts_path=posts_path, poll=True, resubmit=True
+    )
+    return summary
+
+
 def statuses(ledger: Any, month: str = MONTH) -> Counter[str]:
     return Counter(p.status.value for p in ledger.posts(month))
 

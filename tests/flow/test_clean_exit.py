@@ -24,6 +24,14 @@ INNER = Path(__file__).with_name("interruptible.py")
 pytestmark = pytest.mark.processes
 
 
+def _as_in_a_terminal() -> None:
+    """Ctrl-C's default action, as a shell gives the commands it starts. This pytest may have
+    inherited SIGINT ignored (a `uv run`, or `&` in a script, start theirs so), and an inner
+    pytest that inherited it too would never see the interruption this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("options", "whom"),
     [
@@ -47,7 +55,12 @@ def test_an_interrupted_session_ends_every_process_and_drops_every_database(
     with (
         out.open("w") as sink,
         helpers.running(
-            command, cwd=helpers.REPO, env=env, stdout=sink, stderr=subprocess.STDOUT
+            command,
+            cwd=helpers.REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_as_in_a_terminal,
         ) as inner,
     ):
         deadline = time.monotonic() + 240
@@ -60,7 +73,10 @@ def test_an_interrupted_session_ends_every_process_and_drops_every_database(
             os.killpg(inner.pid, signal.SIGINT)
         else:
             os.kill(inner.pid, signal.SIGINT)
-        code = inner.wait(timeout=90)
+        try:
+            code = inner.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"not ended 90 s after the SIGINT:\n{out.read_text()}") from None
     said = out.read_text()
     assert code == pytest.ExitCode.INTERRUPTED, said
 

@@ -16,6 +16,8 @@ from postledger.record.models import Answer, BreakerLevel, Question
 from tests import helpers
 from tests.helpers import SAMPLE, write_jsonl
 
+pytestmark = pytest.mark.processes  # every test runs postledger in a process of its own
+
 
 def _setting(name: str) -> bool:
     return name.startswith("POSTLEDGER_") and not name.startswith("POSTLEDGER_TEST_")

@@ -38,7 +38,10 @@ from tests.helpers import (
 )
 from tests.prefect_server import PrefectServer
 
-pytestmark = pytest.mark.xdist_group("prefect_server")  # shares one real server with the UI test
+pytestmark = [
+    pytest.mark.xdist_group("prefect_server"),  # shares one real server with the UI test
+    pytest.mark.processes,  # workers, `prefect deploy`, flows in the workers' processes
+]
 
 API_KEY = "sk-e2e-upstream-3f9c1d2b7a"  # must never be seen outside the Authorization header
 DB_PASSWORD = "pw-e2e-ledger-81e4c0"  # trust auth ignores it; it must never be seen either

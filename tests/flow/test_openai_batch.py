@@ -15,7 +15,15 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import MONTH, Sim, assert_attempts_are_charges, run_month, start_sim, statuses
+from tests.helpers import (
+    MONTH,
+    Sim,
+    assert_attempts_are_charges,
+    finish_month_here,
+    run_month,
+    start_sim,
+    statuses,
+)
 from tests.helpers import run_flow as run
 
 KIND = "openai_batch"
@@ -81,7 +89,7 @@ def batch_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 
 @pytest.mark.processes  # runs postledger in other processes
 def test_an_orphaned_batch_is_found_by_its_metadata_and_adopted_with_no_new_charge(
-    batch_sim: Sim, ledger_url: str, tmp_path: Path
+    batch_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create")
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
@@ -96,8 +104,7 @@ def test_an_orphaned_batch_is_found_by_its_metadata_and_adopted_with_no_new_char
     assert orphans
     ledger.close()
 
-    finished = run_month(tmp_path, "--poll", "--resubmit")
-    assert finished.returncode == 0, finished.stdout + finished.stderr
+    finish_month_here(request, tmp_path)
     ledger = Ledger(ledger_url)
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     charges = batch_sim.charges()

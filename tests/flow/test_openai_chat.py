@@ -15,7 +15,7 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE
 from postledger.record.models import Answer, BatchStatus, PostStatus
-from tests.helpers import MONTH, Sim, postledger, run_month, start_sim
+from tests.helpers import MONTH, Sim, finish_month_here, postledger, run_month, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -27,7 +27,7 @@ def chat_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 
 
 def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
-    chat_sim: Sim, ledger_url: str, tmp_path: Path
+    chat_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create")
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
@@ -53,8 +53,7 @@ def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
     assert asked.answer is Answer.TIMED_OUT
     ledger.close()
 
-    confirmed = run_month(tmp_path, "--poll", "--resubmit")
-    assert confirmed.returncode == 0, confirmed.stdout + confirmed.stderr
+    finish_month_here(request, tmp_path)  # the yes, given up front
     ledger = Ledger(ledger_url)
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     assert all(b.upstream_task_id is None for b in ledger.batches(MONTH))

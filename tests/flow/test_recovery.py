@@ -1,7 +1,10 @@
 """A run dies at every named crash point (R21-R26); the next run finishes from what was saved.
 
-Each run is its own `postledger run` process, ended by `os._exit` at the crash point. The
-evidence: the ledger, and the simulator's own charge log and per-task poll counts.
+The run that dies is its own `postledger run` process, ended by `os._exit` at the crash point.
+The next run is `postledger run` again at one point (it also frees the `ai-batch` slot the dead
+run held on the local server); at the others it is the monthly flow in this process, against
+this worker's Prefect server: what it finishes and what it pays are decided by the ledger
+alone. The evidence: the ledger, and the simulator's own charge log and per-task poll counts.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE, CrashPoint
 from postledger.record.models import Answer, BatchStatus, FailureKind, PostStatus
-from tests.helpers import MONTH, Sim, postledger, run_month, start_sim
+from tests.helpers import MONTH, Sim, finish_month_here, postledger, run_month, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -38,9 +41,13 @@ def charged_posts(sim: Sim) -> Counter[str]:
     return sim.charged_per_post()
 
 
+# Where the next run is a `postledger run` of its own, as a user's would be.
+RESTARTED_BY_HAND = CrashPoint.AFTER_CREATE
+
+
 @pytest.mark.parametrize("point", list(CrashPoint))
 def test_a_crash_at_each_point_is_finished_by_the_next_run(
-    point: CrashPoint, sim: Sim, ledger_url: str, tmp_path: Path
+    point: CrashPoint, sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT=point.value)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
@@ -53,11 +60,14 @@ def test_a_crash_at_each_point_is_finished_by_the_next_run(
     polls_before = sim.stats()["polls_by_task"]
     ledger.close()
 
-    finished = run_month(tmp_path, "--poll", "--resubmit")
-    assert finished.returncode == 0, finished.stdout + finished.stderr
-    # The crash happened inside a batch task, holding an `ai-batch` slot that nothing else
-    # would ever give back on the local server: the next run freed it, and said so.
-    assert "tag:ai-batch slot" in finished.stdout + finished.stderr
+    if point is RESTARTED_BY_HAND:
+        finished = run_month(tmp_path, "--poll", "--resubmit")
+        assert finished.returncode == 0, finished.stdout + finished.stderr
+        # The crash happened inside a batch task, holding an `ai-batch` slot that nothing else
+        # would ever give back on the local server: the next run freed it, and said so.
+        assert "tag:ai-batch slot" in finished.stdout + finished.stderr
+    else:
+        finish_month_here(request, tmp_path)
 
     ledger = Ledger(ledger_url)
     posts = ledger.posts(MONTH)
@@ -73,7 +83,7 @@ def test_a_crash_at_each_point_is_finished_by_the_next_run(
 
 @pytest.mark.parametrize("sim", [False], indirect=True)
 def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_twice(
-    sim: Sim, ledger_url: str, tmp_path: Path
+    sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     no_keys = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": "false"}
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **no_keys)
@@ -101,8 +111,9 @@ def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_t
     assert (asked.answer, asked.poll, asked.resubmit) == (Answer.TIMED_OUT, None, None)
     ledger.close()
 
-    confirmed = run_month(tmp_path, "--poll", "--resubmit", **no_keys)
-    assert confirmed.returncode == 0, confirmed.stdout + confirmed.stderr
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", "false")
+        finish_month_here(request, tmp_path)  # the yes, given up front
     ledger = Ledger(ledger_url)
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     final = Counter(c["idempotency_key"] for c in sim.charges())
@@ -116,7 +127,7 @@ def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_t
 
 
 def test_a_task_the_upstream_forgot_is_a_recovery_failure_with_no_new_charge(
-    sim: Sim, ledger_url: str, tmp_path: Path
+    sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_task_id")
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
@@ -127,8 +138,7 @@ def test_a_task_the_upstream_forgot_is_a_recovery_failure_with_no_new_charge(
         httpx.post(f"{sim.url}/_sim/tasks/{batch.upstream_task_id}/forget").raise_for_status()
     charged_then = charged_posts(sim)
 
-    finished = run_month(tmp_path, "--poll", "--resubmit")
-    assert finished.returncode == 0, finished.stdout + finished.stderr
+    finish_month_here(request, tmp_path)
     lost_posts = {pid for b in lost for pid in b.post_ids}
     for post in ledger.posts(MONTH):
         if post.post_id in lost_posts:
