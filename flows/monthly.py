@@ -9,6 +9,7 @@ where the last run stopped instead of starting over.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +36,14 @@ from postledger.batches.posts import (
     parse_month,
     previous_month,
 )
+from postledger.guards.charges import spend_summary
+from postledger.guards.spend import money
 from postledger.guards.spill import Spill
 from postledger.ledger import Ledger, open_ledger
 from postledger.preflight import NotReady, check_ready
+from postledger.progress.status import UNFINISHED
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchStatus
+from postledger.record.models import BatchStatus, PostStatus
 from postledger.record.month_lease import MonthBusy
 from postledger.recovery.interrupted import (
     finish_saved_outputs,
@@ -145,6 +149,7 @@ def process_month(
 ) -> dict[str, Any]:
     """The month's work, in the order of the rules: what an earlier run left first, then the
     safe work, then one question about what needs a yes, then the month's batches."""
+    started = time.monotonic()
     try:
         import_what_was_left(run)
         know_the_posts(run, posts, path)
@@ -175,6 +180,7 @@ def process_month(
     finally:
         artifacts.finish()
     say_what_is_uncertain(run)
+    say_how_it_ended(run, time.monotonic() - started)
     if stopped:
         raise RunStopped(f"{run.month}: stopped, nothing more was sent. {stopped}")
     return month_summary(run.ledger, run.month)
@@ -274,6 +280,34 @@ def say_what_is_uncertain(run: MonthRun) -> None:
             ", ".join(uncertain[:10]) + (" …" if len(uncertain) > 10 else ""),
             month,
         )
+
+
+def say_how_it_ended(run: MonthRun, seconds: float) -> None:
+    """One line at the end: what the month holds now, what it cost, how long this run took,
+    what is left. The bundled simulator's spend is said to be simulated: nothing was paid."""
+    counts = run.ledger.counts(run.month)
+    left = sum(counts[status] for status in UNFINISHED)
+    spend = spend_summary(run.ledger.spend(run.month))
+    simulated = " (simulated: the bundled simulator, nothing paid)" if _simulated(run) else ""
+    get_run_logger().info(
+        "%s: %d completed, %d failed, %d left; spend confirmed %s, possible %s, wasted %s%s; "
+        "this run took %.0f s",
+        run.month,
+        counts[PostStatus.COMPLETED],
+        counts[PostStatus.FAILED],
+        left,
+        money(spend["confirmed"]),
+        money(spend["possible"]),
+        money(spend["wasted"]),
+        simulated,
+        seconds,
+    )
+
+
+def _simulated(run: MonthRun) -> bool:
+    # `postledger run` names its bundled simulator so (cli/runner.py); a user's upstream
+    # is named by its host or by POSTLEDGER_UPSTREAM_NAME.
+    return run.settings.breaker_name() == "simulator"
 
 
 def month_summary(ledger: Ledger, month: str) -> dict[str, Any]:

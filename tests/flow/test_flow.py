@@ -3,6 +3,8 @@ a real SQLite ledger. The evidence is the ledger and the simulator's own charge 
 
 from __future__ import annotations
 
+import logging
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -45,9 +47,18 @@ def test_sample_month_completes_and_each_post_is_charged_once(
 
 
 def test_second_run_of_a_finished_month_sends_nothing(
-    prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path
+    prefect_harness: None,
+    sim: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from flows.monthly import monthly_posts
+
+    # The flow's own log: Prefect's run logger does not propagate to caplog's.
+    run_log = logging.getLogger("prefect.flow_runs")
+    run_log.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="prefect.flow_runs")
 
     path = tmp_path / "2026-09.jsonl"
     path.write_text(
@@ -59,10 +70,20 @@ def test_second_run_of_a_finished_month_sends_nothing(
     events_after_first = len(ledger.events("2026-09"))
 
     summary = monthly_posts(month="2026-09", posts_path=str(path))
+    run_log.removeHandler(caplog.handler)
 
     assert summary["counts"]["completed"] == 30
     assert len(sim.charges()) == charges_after_first == 2
     assert len(ledger.events("2026-09")) == events_after_first
+    # Each run ends with one line: the month's counts, its spend, its time, what is left.
+    records = {id(r): r for r in caplog.records}.values()  # each record once
+    endings = [r.getMessage() for r in records if "this run took" in r.getMessage()]
+    assert len(endings) == 2, endings
+    pattern = (
+        r"2026-09: 30 completed, 0 failed, 0 left; spend confirmed (?!0\.000000)\d+\.\d{6}, "
+        r"possible 0\.000000, wasted 0\.000000; this run took \d+ s"
+    )
+    assert all(re.fullmatch(pattern, line) for line in endings), endings
 
 
 def test_a_changed_prompt_processes_the_posts_again_instead_of_reusing_results(
