@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from postledger.batches.posts import InputError, parse_month
 
@@ -469,9 +470,17 @@ def setup(
         str | None,
         typer.Option(help="Migrate the ledger this postledger-ledger block names instead."),
     ] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            help="A notification block (type/name, e.g. slack-webhook/ops): a run that pauses "
+            "for a person sends its question through it (a Prefect automation)."
+        ),
+    ] = None,
 ) -> None:
     """Prepare the ledger and Prefect (idempotent): migrate the ledger to the current schema,
-    register the block types, create the `ai-batch` tag limit and the work pool."""
+    register the block types, create the `ai-batch` tag limit, the work pool and, with
+    --notify, the automation that calls a person when a run pauses."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from contextlib import AbstractContextManager, nullcontext
 
@@ -495,7 +504,11 @@ def setup(
         ledger = Ledger(url)  # opening for writing migrates
         out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
         ledger.close()
-        lines = prepare_prefect(tag_limit, work_pool)
+        try:
+            lines = prepare_prefect(tag_limit, work_pool, notify)
+        except ValueError as exc:  # a notification block that is not there
+            err.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(2) from None
     for line in lines:
         out.print(line)
 

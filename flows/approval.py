@@ -17,6 +17,7 @@ from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from prefect.settings import get_current_settings
 
+from flows.calling import call_for_a_person
 from postledger.guards.breaker import advice
 from postledger.ledger import Ledger
 from postledger.record.models import (
@@ -61,6 +62,12 @@ def pause_for_answer(
         prefect_api_url=get_current_settings().api.url,
         kind=kind,
         batch_ids=batch_ids,
+    )
+    call_for_a_person(
+        month,
+        kind,
+        flow_run_id=context.flow_run.id if context and context.flow_run else None,
+        timeout_seconds=settings.approval_timeout,
     )
     try:
         # poll_interval is typed int but only ever slept on: a float works.

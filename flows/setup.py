@@ -8,6 +8,7 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.exceptions import ObjectAlreadyExists
 
 from blocks import register_block_types
+from flows.calling import PAUSED_EVENT, ensure_pause_notification
 from flows.limits import ensure_tag_limit
 
 DEFAULT_WORK_POOL = "postledger"  # the pool prefect.yaml deploys to
@@ -31,8 +32,10 @@ def ensure_work_pool(name: str = DEFAULT_WORK_POOL) -> bool:
     return True
 
 
-def prepare_prefect(tag_limit: int, work_pool: str) -> list[str]:
-    """Register the block types, the `ai-batch` tag limit and the work pool; say what was done."""
+def prepare_prefect(tag_limit: int, work_pool: str, notify: str | None = None) -> list[str]:
+    """Register the block types, the `ai-batch` tag limit, the work pool and, with `notify`
+    (a notification block's name), the automation that calls a person when a run pauses; say
+    what was done."""
     register_block_types()
     done = ["block types postledger-upstream, postledger-ledger registered"]
     limit = ensure_tag_limit(tag_limit)
@@ -40,4 +43,11 @@ def prepare_prefect(tag_limit: int, work_pool: str) -> list[str]:
     done.append(f"tag limit tag:ai-batch = {limit}{note}")
     made = ensure_work_pool(work_pool)
     done.append(f"work pool {work_pool} (process) {'created' if made else 'already there'}")
+    if notify:
+        done.append(ensure_pause_notification(notify))
+    else:
+        done.append(
+            f"no notification block named (--notify): a paused run posts the event "
+            f"{PAUSED_EVENT} only, which any automation can subscribe to"
+        )
     return done

@@ -132,16 +132,23 @@ _ASKS = {
 }
 
 
+def what_is_asked(kind: Question, month: str) -> tuple[str, str]:
+    """What a paused run of `month` asks, in words with what each answer costs, and the
+    command that answers it."""
+    asks, answer = _ASKS[kind]
+    return asks.format(month=month), answer.format(month=month)
+
+
 def _waiting_for(ledger: Ledger, month: str) -> dict[str, str] | None:
     question = ledger.approvals.waiting(month)
     if question is None:
         return None
-    asks, answer = _ASKS[question.kind]
+    asks, answer = what_is_asked(question.kind, month)
     return {
         "question": question.kind.value,
         "asked_at": question.asked_at.isoformat(),
-        "asks": asks.format(month=month),
-        "answer_with": answer.format(month=month),
+        "asks": asks,
+        "answer_with": answer,
     }
 
 
