@@ -142,10 +142,7 @@ def status(
 
     if not watch:
         if (report := month_status(settings, month)) is None:
-            err.print(
-                f"[yellow]The ledger knows nothing of {month} yet.[/] Run: postledger run "
-                f"--month {month}"
-            )
+            err.print(f"[yellow]{_unknown_month(month)}[/]")
             raise typer.Exit(1)
         show(report)
         return

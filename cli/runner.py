@@ -16,7 +16,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from postledger.batches.posts import InputError, default_posts_path, load_posts
 from postledger.ledger import Ledger
-from postledger.progress.status import failures_table, progress_of, status_of, status_table
+from postledger.progress.status import (
+    failures_table,
+    progress_of,
+    status_of,
+    status_table,
+    what_is_asked,
+)
 from postledger.record.models import Question
 from postledger.settings import Settings, UpstreamKind
 from simulator.server import StartingSimulator, starting_simulator
@@ -117,31 +123,20 @@ def _shown(url: str) -> str:
     """The ledger's URL as it may be printed: a file path as a path, never a password."""
     from sqlalchemy.engine import make_url
 
+    from postledger.record.db import safe_url
+
     parsed = make_url(url)
     if parsed.drivername.startswith("sqlite") and parsed.database:
         return str(Path(parsed.database).resolve())
-    return parsed.render_as_string(hide_password=True)
+    return safe_url(url)
 
 
 def _paused(kind: Question, month: str, *, embedded: bool) -> str:
     """Why the run waits and how to answer, in full. This run's private server serves no UI:
     then only the command, typed in another terminal, answers it."""
+    asks, answer_with = what_is_asked(kind, month)
     where = "in another terminal" if embedded else "in the Prefect UI (Resume) or"
-    if kind is Question.BREAKER:
-        return (
-            f"[red]paused: the circuit breaker is open.[/] Answer {where} with `postledger "
-            f"approve --month {month}` (continue) or `postledger approve --month {month} --stop`"
-        )
-    if kind is Question.BUDGET:
-        return (
-            f"[red]paused: the next batch could cross {month}'s budget.[/] Answer {where} with "
-            f"`postledger approve --month {month}` (continue) or `... --stop`"
-        )
-    return (
-        f"[red]paused: interrupted batches need a yes.[/] `postledger plan --month {month}` "
-        f"shows the cost at risk; answer {where} with `postledger approve --month {month} "
-        "--poll` and/or `--resubmit`, or `--stop`"
-    )
+    return f"[red]paused: {asks}.[/] Answer {where} with `{answer_with}`"
 
 
 @contextmanager

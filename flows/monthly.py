@@ -36,14 +36,12 @@ from postledger.batches.posts import (
     parse_month,
     previous_month,
 )
-from postledger.guards.charges import spend_summary
-from postledger.guards.spend import money
 from postledger.guards.spill import Spill
 from postledger.ledger import Ledger, open_ledger
 from postledger.preflight import NotReady, check_ready
-from postledger.progress.status import UNFINISHED
+from postledger.progress.status import status_of
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchStatus, PostStatus
+from postledger.record.models import BatchStatus
 from postledger.record.month_lease import MonthBusy
 from postledger.recovery.interrupted import (
     finish_saved_outputs,
@@ -285,20 +283,21 @@ def say_what_is_uncertain(run: MonthRun) -> None:
 def say_how_it_ended(run: MonthRun, seconds: float) -> None:
     """One line at the end: what the month holds now, what it cost, how long this run took,
     what is left. The bundled simulator's spend is said to be simulated: nothing was paid."""
-    counts = run.ledger.counts(run.month)
-    left = sum(counts[status] for status in UNFINISHED)
-    spend = spend_summary(run.ledger.spend(run.month))
+    report = status_of(run.ledger, run.month)
+    if report is None:
+        return
+    spend = report["spend"]["shown"]
     simulated = " (simulated: the bundled simulator, nothing paid)" if _simulated(run) else ""
     get_run_logger().info(
         "%s: %d completed, %d failed, %d left; spend confirmed %s, possible %s, wasted %s%s; "
         "this run took %.0f s",
         run.month,
-        counts[PostStatus.COMPLETED],
-        counts[PostStatus.FAILED],
-        left,
-        money(spend["confirmed"]),
-        money(spend["possible"]),
-        money(spend["wasted"]),
+        report["completed"],
+        report["failed"],
+        report["unfinished"],
+        spend["confirmed"],
+        spend["possible"],
+        spend["wasted"],
         simulated,
         seconds,
     )

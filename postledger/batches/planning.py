@@ -18,7 +18,6 @@ from postledger.record.db import chunks, insert_many
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
-    Charge,
     EntityKind,
     FailureKind,
     PostRecord,
@@ -208,24 +207,12 @@ def new_batches(
     return planned
 
 
-# What a new batch holds before anything of it is sent.
+# What a new batch holds before anything of it is sent: the model's own defaults (the ones
+# with a factory, its timestamps, are given per insert).
 _NEW_BATCH: dict[str, object] = {
-    "request": None,
-    "status": BatchStatus.QUEUED,
-    "upstream": None,
-    "sent_by": None,
-    "upstream_task_id": None,
-    "sends": 0,
-    "charge": Charge.NONE,
-    "not_before": None,
-    "raw_output": None,
-    "usage": None,
-    "request_retries": 0,
-    "gateway_retries": 0,
-    "failure_kind": None,
-    "failure_reason": None,
-    "started_at": None,
-    "finished_at": None,
+    name: field.default
+    for name, field in BatchRecord.model_fields.items()
+    if not field.is_required() and field.default_factory is None
 }
 
 
