@@ -38,18 +38,22 @@ class PostledgerUpstream(Block):
     kind: UpstreamKind | None = Field(
         default=None,
         description="The protocol: task_api (the bundled simulator's async task API), "
-        "openai_chat (OpenAI-compatible chat completions), openai_batch (OpenAI Batch API). "
-        "See docs/upstreams.md.",
+        "openai_chat (OpenAI-compatible chat completions), openai_batch (OpenAI Batch API), "
+        "anthropic_messages (Anthropic's Messages API). See docs/upstreams.md.",
     )
     base_url: str | None = Field(
-        default=None, description="e.g. https://api.openai.com/v1 (OpenAI kinds: with /v1)"
+        default=None,
+        description="e.g. https://api.openai.com/v1 (OpenAI kinds: with /v1), "
+        "https://api.anthropic.com (anthropic_messages: the root)",
     )
     name: str | None = Field(
         default=None,
         description="Stable name of this upstream, the key of its circuit breaker; default: "
         "host:port of the base URL.",
     )
-    api_key: SecretStr | None = Field(default=None, description="Sent as Authorization: Bearer.")
+    api_key: SecretStr | None = Field(
+        default=None, description="Sent as Authorization: Bearer (anthropic_messages: x-api-key)."
+    )
     model: str | None = Field(default=None, description="Model name, e.g. gpt-4o-mini.")
     prompt: str | None = Field(default=None, description="The instructions sent with a batch.")
     honours_idempotency_keys: bool | None = Field(
@@ -60,7 +64,12 @@ class PostledgerUpstream(Block):
     connect_timeout: float | None = Field(default=None, gt=0, description="Seconds.")
     read_timeout: float | None = Field(default=None, gt=0, description="Seconds.")
     chat_timeout: float | None = Field(
-        default=None, gt=0, description="openai_chat: seconds to wait for one completion."
+        default=None,
+        gt=0,
+        description="openai_chat, anthropic_messages: seconds to wait for one answer.",
+    )
+    max_output_tokens: int | None = Field(
+        default=None, ge=1, description="anthropic_messages: max_tokens of each request."
     )
     poll_interval: float | None = Field(
         default=None, gt=0, description="Seconds between polls of an upstream task."

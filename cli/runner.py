@@ -24,7 +24,7 @@ from postledger.progress.status import (
     what_is_asked,
 )
 from postledger.record.models import Question
-from postledger.settings import Settings, UpstreamKind
+from postledger.settings import Settings
 from simulator.server import StartingSimulator, starting_simulator
 
 
@@ -75,9 +75,10 @@ def run_month(
         # the environment already points it at the server.
         from flows.monthly import RunStopped, monthly_posts
 
-        url = settings.upstream_url if simulator is None else simulator.wait_ready()
-        if simulator is not None and settings.upstream_kind is not UpstreamKind.TASK_API:
-            url = f"{url}/v1"  # the simulator's OpenAI face: a base URL with its version
+        if simulator is None:
+            url = settings.upstream_url
+        else:  # the simulator speaks every kind, each at its usual base URL
+            url = settings.upstream_kind.base_url_of(simulator.wait_ready())
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         if server is not None:
             server.wait_ready()

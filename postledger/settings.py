@@ -35,6 +35,14 @@ class UpstreamKind(StrEnum):
     TASK_API = "task_api"  # the async task API: POST /v1/tasks, GET /v1/tasks/{id}
     OPENAI_CHAT = "openai_chat"  # POST {base}/chat/completions: synchronous, no task id
     OPENAI_BATCH = "openai_batch"  # the OpenAI Batch API: {base}/files + {base}/batches
+    ANTHROPIC_MESSAGES = "anthropic_messages"  # POST {root}/v1/messages: synchronous, no id
+
+    def base_url_of(self, root: str) -> str:
+        """The base URL of this kind for a server at `root`: OpenAI's kinds take the base URL
+        with its version path (as the openai SDK's base_url), the others the root."""
+        if self in (UpstreamKind.OPENAI_CHAT, UpstreamKind.OPENAI_BATCH):
+            return f"{root}/v1"
+        return root
 
 
 class Settings(BaseSettings):
@@ -61,21 +69,26 @@ class Settings(BaseSettings):
     upstream_kind: UpstreamKind = Field(
         default=UpstreamKind.TASK_API,
         description="the protocol of the upstream: task_api (default), openai_chat (chat "
-        "completions, synchronous) or openai_batch (the OpenAI Batch API)",
+        "completions, synchronous), openai_batch (the OpenAI Batch API) or "
+        "anthropic_messages (Anthropic's Messages API, synchronous)",
     )
     upstream_url: str | None = Field(
         default=None,
         description="base URL of the upstream. task_api: the server root (the client adds "
         "/v1/tasks); openai_chat and openai_batch: the OpenAI-style base URL with its version "
-        "path, as the openai SDK's base_url (e.g. https://api.openai.com/v1). Unset: `postledger "
-        "run` starts the simulator",
+        "path, as the openai SDK's base_url (e.g. https://api.openai.com/v1); "
+        "anthropic_messages: the API's root, as the anthropic SDK's base_url (e.g. "
+        "https://api.anthropic.com). Unset: `postledger run` starts the simulator",
     )
     upstream_name: str | None = Field(
         default=None,
         description="stable name of the upstream, the key of its circuit breaker; default: "
         "host:port of upstream_url, or `simulator`",
     )
-    api_key: SecretStr | None = Field(default=None, description="sent as Authorization: Bearer")
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="sent as Authorization: Bearer (anthropic_messages: as x-api-key)",
+    )
     model: str = "sim-analyst-1"
     prompt: str = DEFAULT_PROMPT
     upstream_idempotent: bool = Field(
@@ -104,7 +117,14 @@ class Settings(BaseSettings):
     chat_timeout: float = Field(
         default=300.0,
         gt=0,
-        description="openai_chat: seconds to wait for one chat completion to be answered",
+        description="openai_chat, anthropic_messages: seconds to wait for one synchronous answer",
+    )
+    max_output_tokens: int = Field(
+        default=4096,
+        ge=1,
+        description="anthropic_messages: max_tokens of each request (the API requires one); "
+        "25 analyses take about 2 000. An answer cut off by it is checked like any other: "
+        "its missing posts are sent again",
     )
     orphan_search_limit: int = Field(
         default=500,

@@ -10,7 +10,8 @@ POST /_sim/reset          {latency, seed, honour_keys, faults}: forget every tas
                           and fault, as if just started so (tests reuse one process)
 
 The OpenAI protocols, with the same faults and the same charge log: see
-`simulator.openai_api` (/v1/chat/completions, /v1/files, /v1/batches).
+`simulator.openai_api` (/v1/chat/completions, /v1/files, /v1/batches); Anthropic's Messages
+API: `simulator.anthropic_api` (/v1/messages).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from simulator.anthropic_api import add_anthropic_routes
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route, load_plan
 from simulator.openai_api import add_openai_routes
 from simulator.outputs import spoil_output
@@ -159,6 +161,11 @@ def create_app(
         return _task_body(task, time.monotonic())
 
     forget_openai = add_openai_routes(app, upstream, faults, authorized)
+
+    def key_matches(given: str) -> bool:
+        return api_key is None or hmac.compare_digest(given, api_key)
+
+    add_anthropic_routes(app, upstream, faults, key_matches)
 
     @app.get("/_sim/charges")
     async def charges() -> Any:

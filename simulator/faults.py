@@ -19,7 +19,8 @@ order and the first that fires wins, one fault per request.
 The OpenAI routes meet the same rules: `create` is POST /v1/chat/completions and POST
 /v1/batches, `poll` is GET /v1/batches/{id}; a chat completion's `task` fault is a 500 answer
 (nothing charged). `rate_limit` also takes `retry_after=reset:N`: no Retry-After, only
-OpenAI's `x-ratelimit-reset-requests: Ns`.
+OpenAI's `x-ratelimit-reset-requests: Ns`. POST /v1/messages (Anthropic) meets them too, in
+Anthropic's words (`simulator.anthropic_api`: `http_503` is a 529 `overloaded_error`).
 
 The compact form, for `--faults`: `on:fault@p` or `on:fault#n+m`, comma separated, options
 after `;` — e.g. `create:http_503@0.05,create:rate_limit#2;retry_after=2,output:bad_field@0.1`.

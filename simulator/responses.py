@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from email.utils import formatdate
 from typing import Any
 
@@ -41,15 +42,24 @@ class _Reset(Response):
         await send({"type": "http.response.body", "body": b'{"task', "more_body": False})
 
 
-async def transport_fault(decision: Decision) -> Response:
+async def transport_fault(
+    decision: Decision, answer: Callable[[int], Response] | None = None
+) -> Response:
+    """The injected fault: a reset connection, an answer held for the rule's `hold` seconds
+    (then a 504), or the fault's status; `answer` writes a status in a protocol's own words
+    (default: OpenAI's)."""
     fault = decision.fault.removesuffix("_after_create")
     if fault == "reset":
         return _Reset()
     if fault == "timeout":
         await asyncio.sleep(decision.rule.hold)
-        return error(504, "timeout", "The upstream took too long.")
+        if answer is None:
+            return error(504, "timeout", "The upstream took too long.")
+        return answer(504)
     status = int(fault.removeprefix("http_"))
-    return error(status, "server_error", f"Simulated HTTP {status}.")
+    if answer is None:
+        return error(status, "server_error", f"Simulated HTTP {status}.")
+    return answer(status)
 
 
 def refusal(decision: Decision, *, openai: bool = False) -> Response:

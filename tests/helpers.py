@@ -721,7 +721,7 @@ def in_background(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str
 
 # --- the simulator -------------------------------------------------------------------------
 
-UPSTREAM_KINDS = ("task_api", "openai_chat", "openai_batch")
+UPSTREAM_KINDS = ("task_api", "openai_chat", "openai_batch", "anthropic_messages")
 
 
 class Sim:
@@ -837,11 +837,14 @@ def simulator_process(**options: Any) -> contextlib.AbstractContextManager[str]:
 def start_sim(monkeypatch: Any, kind: str = "task_api", **options: Any) -> Iterator[Sim]:
     """The simulator, and the settings that point at it (a generator, for fixtures to `yield
     from`). `kind` is the upstream's protocol: the task API, or the simulator's OpenAI face
-    (`openai_chat`, `openai_batch`: the base URL with its /v1, as the openai SDK takes it).
+    (`openai_chat`, `openai_batch`: the base URL with its /v1, as the openai SDK takes it) or
+    its Anthropic face (`anthropic_messages`: the root, as the anthropic SDK takes it).
     As it honours idempotency keys (unless told not to), the upstream is configured as
     honouring them, as a user would."""
+    from postledger.settings import UpstreamKind
+
     with simulator_process(**options) as url:
-        monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", url if kind == "task_api" else f"{url}/v1")
+        monkeypatch.setenv("POSTLEDGER_UPSTREAM_URL", UpstreamKind(kind).base_url_of(url))
         monkeypatch.setenv("POSTLEDGER_UPSTREAM_KIND", kind)
         honours = str(options.get("honour_keys", True)).lower()
         monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", honours)

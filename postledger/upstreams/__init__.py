@@ -1,4 +1,4 @@
-"""One upstream interface, three protocols (docs/upstreams.md).
+"""One upstream interface, four protocols (docs/upstreams.md).
 
 Every upstream is used the same way: `create` a task for a batch (paid), `wait_for_task` until
 it ends, and — when the upstream can list what it made — `find_task` by the batch's metadata.
@@ -17,9 +17,10 @@ All raise the same typed errors (`postledger.upstreams.errors`), which
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from postledger.settings import Settings, UpstreamKind
+from postledger.upstreams.anthropic_messages import AnthropicMessagesClient
 from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot
 from postledger.upstreams.http import HttpUpstream, Timeouts
 from postledger.upstreams.openai_batch import OpenAIBatchClient
@@ -70,6 +71,7 @@ _CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
     UpstreamKind.TASK_API: TaskApiClient,
     UpstreamKind.OPENAI_CHAT: OpenAIChatClient,
     UpstreamKind.OPENAI_BATCH: OpenAIBatchClient,
+    UpstreamKind.ANTHROPIC_MESSAGES: AnthropicMessagesClient,
 }
 
 
@@ -92,29 +94,24 @@ def upstream_for(settings: Settings) -> Upstream:
     """The client of the configured upstream; use it as `async with`."""
     check_configured(settings)
     assert settings.upstream_url is not None
+    url, kind = settings.upstream_url, settings.upstream_kind
+    common: dict[str, Any] = {"api_key": settings.api_key, "honours_keys": settings.honours_keys()}
     timeouts = Timeouts(connect=settings.connect_timeout, read=settings.read_timeout)
-    honours_keys = settings.honours_keys()
-    if settings.upstream_kind is UpstreamKind.OPENAI_CHAT:
-        return OpenAIChatClient(
-            settings.upstream_url,
-            api_key=settings.api_key,
-            timeouts=Timeouts(connect=settings.connect_timeout, read=settings.chat_timeout),
-            honours_keys=honours_keys,
-            json_schema=settings.json_schema,
+    # A synchronous answer takes as long as the model runs.
+    answered = Timeouts(connect=settings.connect_timeout, read=settings.chat_timeout)
+    if kind is UpstreamKind.OPENAI_CHAT:
+        return OpenAIChatClient(url, timeouts=answered, json_schema=settings.json_schema, **common)
+    if kind is UpstreamKind.ANTHROPIC_MESSAGES:
+        return AnthropicMessagesClient(
+            url, timeouts=answered, max_tokens=settings.max_output_tokens, **common
         )
-    if settings.upstream_kind is UpstreamKind.OPENAI_BATCH:
+    if kind is UpstreamKind.OPENAI_BATCH:
         return OpenAIBatchClient(
-            settings.upstream_url,
-            api_key=settings.api_key,
+            url,
             timeouts=timeouts,
-            honours_keys=honours_keys,
             json_schema=settings.json_schema,
             completion_window=settings.completion_window,
             search_limit=settings.orphan_search_limit,
+            **common,
         )
-    return TaskApiClient(
-        settings.upstream_url,
-        api_key=settings.api_key,
-        timeouts=timeouts,
-        honours_keys=honours_keys,
-    )
+    return TaskApiClient(url, timeouts=timeouts, **common)

@@ -92,7 +92,8 @@ GATEWAY_FORWARDED = "llm_provider-"
 
 def retry_after_of(headers: httpx.Headers) -> float | None:
     """The wait an upstream asked for: `Retry-After` (seconds or HTTP-date), else
-    `retry-after-ms`, else the longest of the `x-ratelimit-reset-*` headers; then the same
+    `retry-after-ms`, else the longest of the `x-ratelimit-reset-*` (OpenAI) and
+    `anthropic-ratelimit-*-reset` headers; then the same
     headers as a gateway forwards them from the provider (`llm_provider-retry-after`, ...)."""
     for prefix in ("", GATEWAY_FORWARDED):
         waited = _wait_of(headers, prefix)
@@ -112,8 +113,30 @@ def _wait_of(headers: httpx.Headers, prefix: str) -> float | None:
         parse_reset(headers.get(f"{prefix}{name}"))
         for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
     ]
+    resets += [parse_reset_time(headers.get(f"{prefix}{name}")) for name in ANTHROPIC_RESETS]
     known = [seconds for seconds in resets if seconds is not None]
     return max(known) if known else None
+
+
+# Anthropic's rate-limit headers: when each limit is back to full, as an RFC 3339 time.
+ANTHROPIC_RESETS = tuple(
+    f"anthropic-ratelimit-{limit}-reset"
+    for limit in ("requests", "tokens", "input-tokens", "output-tokens")
+)
+
+
+def parse_reset_time(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds until an RFC 3339 time (`2026-12-01T20:00:30Z`); None when missing or
+    unusable (a time without its zone included)."""
+    if not value or not (value := value.strip()):
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def gateway_retries_of(headers: httpx.Headers) -> int:
@@ -150,6 +173,8 @@ class HttpUpstream:
     long_polls = False  # a poll may ask the upstream to hold the answer until the task ends
     # Tasks that take hours (the Batch API): the interval between polls grows to this.
     max_poll_interval: float | None = None
+    # The answers that mean "try again": a server-side fault or an overload.
+    transient_statuses: frozenset[int] = TRANSIENT_STATUS
     # The 5xx answers to a create that may hide a task that was made (and is charged).
     statuses_that_may_charge: frozenset[int] = TRANSIENT_STATUS
     # What the base URL must look like, said when a call answers 404.
@@ -168,9 +193,7 @@ class HttpUpstream:
         self.base_url = base_url.rstrip("/")
         self.honours_keys = honours_keys
         self._api_key = api_key
-        headers = {"User-Agent": "postledger", **GATEWAY_NO_RETRIES}
-        if api_key is not None:
-            headers["Authorization"] = f"Bearer {api_key.get_secret_value()}"
+        headers = {"User-Agent": "postledger", **GATEWAY_NO_RETRIES, **self.auth_headers(api_key)}
         self._timeouts = timeouts
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
@@ -179,6 +202,12 @@ class HttpUpstream:
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
             transport=transport,
         )
+
+    def auth_headers(self, api_key: SecretStr | None) -> dict[str, str]:
+        """The headers that carry the key (and whatever else the protocol requires)."""
+        if api_key is None:
+            return {}
+        return {"Authorization": f"Bearer {api_key.get_secret_value()}"}
 
     async def __aenter__(self) -> Self:
         return self
@@ -242,7 +271,7 @@ class HttpUpstream:
         status = response.status_code
         retried = gateway_retries_of(response.headers)
         also = _gateway_note(retried)
-        if status in TRANSIENT_STATUS:
+        if status in self.transient_statuses:
             raise TransportError(
                 self._redact(f"{method} {url}: HTTP {status}{also}"),
                 maybe_sent=status in self.statuses_that_may_charge,
@@ -270,7 +299,9 @@ class HttpUpstream:
 
     def _not_found(self, method: str, response: httpx.Response, body: ErrorBody) -> str:
         where = response.request.url.copy_with(query=None)
-        if body.code == "model_not_found":
+        if body.code == "model_not_found" or (
+            body.type == "not_found_error" and body.message.startswith("model:")
+        ):
             return (
                 f"{method} {where} answered 404: the upstream does not know the model "
                 f"({body.message}); check POSTLEDGER_MODEL"

@@ -1,7 +1,8 @@
 """One test per fault class, over real HTTP against the fault-injecting simulator, for every
 upstream kind the rule applies to: the task API (`task_api`), OpenAI chat completions
-(`openai_chat`: synchronous, no task id, no idempotency key) and the OpenAI Batch API
-(`openai_batch`). The evidence: the final ledger (statuses, kinds, attempts, request retries)
+(`openai_chat`: synchronous, no task id, no idempotency key), the OpenAI Batch API
+(`openai_batch`) and Anthropic's Messages API (`anthropic_messages`: synchronous, like chat).
+The evidence: the final ledger (statuses, kinds, attempts, request retries)
 and /_sim/charges. What only one kind has: tests/flow/test_openai_chat.py, test_openai_batch.py.
 """
 
@@ -38,7 +39,8 @@ FAST_TIMINGS = {
     "create_settle": "0.5",  # openai_batch: a lost create's batch is looked for after this
     "chat_timeout": "1",  # openai_chat: its read timeout
 }
-TASK_API, CHAT, BATCH = UPSTREAM_KINDS
+TASK_API, CHAT, BATCH, MESSAGES = UPSTREAM_KINDS
+SYNCHRONOUS = (CHAT, MESSAGES)  # answered at once: no task id, no idempotency key
 WITH_TASKS = (TASK_API, BATCH)  # the kinds whose upstream keeps a task (a batch) to poll
 
 
@@ -88,7 +90,7 @@ def test_one_invalid_post_is_retried_alone(
 
 @pytest.mark.parametrize(
     ("kind", "faulty"),
-    cases((TASK_API, CHAT), "output:not_json#1")
+    cases((TASK_API, *SYNCHRONOUS), "output:not_json#1")
     + cases((TASK_API,), "output:wrong_shape#1", "output:unknown_ids#1"),
     indirect=["faulty"],
 )
@@ -152,7 +154,9 @@ def test_a_single_post_batch_is_not_split(
         ("create:rate_limit#1;retry_after=garbage", 1.0),
     )
     # Only OpenAI's x-ratelimit-reset-requests, no Retry-After.
-    + cases((CHAT,), ("create:rate_limit#1;retry_after=reset:2", 2.0)),
+    + cases((CHAT,), ("create:rate_limit#1;retry_after=reset:2", 2.0))
+    # Only Anthropic's anthropic-ratelimit-requests-reset time, no retry-after.
+    + cases((MESSAGES,), ("create:rate_limit#1;retry_after=reset:3", 2.0)),
     indirect=["faulty"],
 )
 def test_rate_limited_posts_wait_then_complete(
@@ -184,7 +188,9 @@ def test_rate_limited_posts_wait_then_complete(
         ("create:quota#1", FailureKind.QUOTA),  # 402; OpenAI's: 429 insufficient_quota
         ("create:permission#1", FailureKind.PERMISSION),  # 403
     )
-    + cases((TASK_API,), ("create:quota_429#1", FailureKind.QUOTA)),
+    + cases((TASK_API,), ("create:quota_429#1", FailureKind.QUOTA))
+    # Anthropic: "quota" is a 400 saying the credit balance is too low, this a 402.
+    + cases((MESSAGES,), ("create:quota_429#1", FailureKind.QUOTA)),
     indirect=["faulty"],
 )
 def test_credential_faults_stop_the_run_without_any_retry(
@@ -206,7 +212,8 @@ def test_credential_faults_stop_the_run_without_any_retry(
     assert len(failed) == 25 and {p.failure_kind for p in failed} == {failure}
     assert all(p.attempts == 0 for p in failed)  # refused: nothing was charged
     reason = failed[0].failure_reason or ""
-    assert "Incorrect API key" in reason or failure is not FailureKind.AUTH
+    said = ("Incorrect API key", "invalid x-api-key")
+    assert any(words in reason for words in said) or failure is not FailureKind.AUTH
     (first, *rest) = ledger.batches(MONTH)
     assert first.request_retries == 0 and first.charge is Charge.NONE
     assert {b.status for b in rest} == {BatchStatus.QUEUED}  # never sent
@@ -247,7 +254,7 @@ def test_transport_fault_is_retried_and_charged_once(
     if kind == TASK_API:
         assert batch.upstream_task_id == charge["task_id"]
         assert batch.charge is Charge.CONFIRMED
-    elif kind == CHAT:  # synchronous: the answer is the output, no task to poll
+    elif kind in SYNCHRONOUS:  # the answer is the output, no task to poll
         assert batch.upstream_task_id is None
         assert batch.usage and batch.usage["input_tokens"] > 0 and batch.usage["output_tokens"] > 0
     else:  # the Batch API: its batch's id; the key travels in the batch's metadata
@@ -284,9 +291,9 @@ def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
     ("kind", "faulty"),
     # The task API said not to honour keys; chat completions never do. (The Batch API finds
     # what such a create made by its metadata: tests/flow/test_openai_batch.py.)
-    cases((TASK_API, CHAT), "create:timeout_after_create#1;hold=3")
+    cases((TASK_API, *SYNCHRONOUS), "create:timeout_after_create#1;hold=3")
     # A 500 that came after the model ran and was billed (as behind a gateway).
-    + cases((CHAT,), "create:http_500_after_create#1"),
+    + cases(SYNCHRONOUS, "create:http_500_after_create#1"),
     indirect=["faulty"],
 )
 def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(

@@ -1,0 +1,72 @@
+"""Anthropic's Messages API (`POST {base}/v1/messages`), or a gateway that speaks it.
+
+One request per batch, answered synchronously, like chat completions: `create` returns the
+finished result, there is no task id, and the API takes no idempotency key. So a request
+interrupted before its answer was saved can only be sent again, which always needs a
+person's yes (R24). The key travels in `x-api-key`, the API version in `anthropic-version`.
+
+Errors, as Anthropic documents them: 529 `overloaded_error` and 503 mean the request was not
+taken (retried at the request layer, nothing charged); a 500 `api_error`, 502 or 504 may come
+after the model ran, so they are never resent without a yes. 429 `rate_limit_error` waits for
+`retry-after` (or the `anthropic-ratelimit-*-reset` times); 401 `authentication_error` and
+403 `permission_error` stop the run; a 402, or a 400 saying the credit balance is too low,
+is a spent balance: the run stops and nothing is retried. Any other 400
+(`invalid_request_error`) is a rejected request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import SecretStr
+
+from postledger.upstreams.anthropic_protocol import API_VERSION, message_result, messages_body
+from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
+from postledger.upstreams.errors import UpstreamError
+from postledger.upstreams.http import (
+    TRANSIENT_STATUS,
+    HttpUpstream,
+    accepted_body,
+    gateway_retries_of,
+)
+
+OVERLOADED = 529  # Anthropic's "overloaded_error": the request was not taken
+
+
+def anthropic_headers(api_key: SecretStr | None) -> dict[str, str]:
+    headers = {"anthropic-version": API_VERSION}
+    if api_key is not None:
+        headers["x-api-key"] = api_key.get_secret_value()
+    return headers
+
+
+class AnthropicMessagesClient(HttpUpstream):
+    has_task_ids = False
+    transient_statuses = TRANSIENT_STATUS | {OVERLOADED}
+    statuses_that_may_charge = frozenset({500, 502, 504})
+    base_url_hint = "the API's root, e.g. https://api.anthropic.com (with or without /v1)"
+
+    def __init__(self, base_url: str, *, max_tokens: int = 4096, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self.honours_keys = False  # the API takes no idempotency key
+        self.max_tokens = max_tokens
+        # The SDK's base URL is the root; a gateway's is often given with its /v1.
+        self._messages = "/messages" if self.base_url.endswith("/v1") else "/v1/messages"
+
+    def auth_headers(self, api_key: SecretStr | None) -> dict[str, str]:
+        return anthropic_headers(api_key)
+
+    async def create(self, request: CreateRequest) -> Created:
+        """Send the batch as one message and return its answer (paid)."""
+        body = messages_body(request.model, request.prompt, request.posts, self.max_tokens)
+        response = await self._send("POST", self._messages, json=body)
+        output, usage, error = message_result(accepted_body(response))
+        status = TaskStatus.SUCCEEDED if output is not None else TaskStatus.FAILED
+        return Created(
+            None,
+            TaskSnapshot(None, status, output, usage, error),
+            gateway_retries=gateway_retries_of(response.headers),
+        )
+
+    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
+        raise UpstreamError("the Messages API keeps no task to poll")

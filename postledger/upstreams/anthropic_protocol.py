@@ -1,0 +1,93 @@
+"""What Anthropic's Messages API looks like from here: the request body for a batch of posts,
+and the result read back from a `message` object.
+
+The answer comes as a forced tool call: the request offers one tool whose input schema is the
+list of analyses and tells the model to call it (`tool_choice`), so the tool call's `input` is
+the structured answer, with no prose around it. The Messages API has no response_format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from postledger.upstreams.openai_protocol import RESULTS_SCHEMA
+
+# The API version every request names (the `anthropic-version` header): the one the Messages
+# API and Message Batches are documented against.
+API_VERSION = "2023-06-01"
+
+TOOL_NAME = "record_post_analyses"
+
+TOOL = {
+    "name": TOOL_NAME,
+    "description": "Record the analysis of every post, one item per post, with the post's id.",
+    "input_schema": RESULTS_SCHEMA,
+}
+
+
+def messages_body(
+    model: str, prompt: str, posts: Sequence[tuple[str, str]], max_tokens: int
+) -> dict[str, Any]:
+    """One Messages API request for these posts: the prompt as the system prompt, the posts as
+    a JSON user message, the answer through the one tool the model must call."""
+    user = {"posts": [{"id": post_id, "text": text} for post_id, text in posts]}
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": f"{prompt}\n\nAnswer by calling the tool {TOOL_NAME} once.",
+        "messages": [{"role": "user", "content": json.dumps(user, ensure_ascii=False)}],
+        "tools": [TOOL],
+        "tool_choice": {"type": "tool", "name": TOOL_NAME},
+    }
+
+
+def message_usage(body: Any) -> dict[str, int] | None:
+    """The usage in the ledger's words. Input counts the cached tokens too (written or read):
+    they are billed, at their own rates, and undercounting spend is the worse error."""
+    raw = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    try:
+        cached = sum(
+            int(raw.get(name) or 0)
+            for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        return {
+            "input_tokens": int(raw["input_tokens"]) + cached,
+            "output_tokens": int(raw["output_tokens"]),
+        }
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def message_result(body: Any) -> tuple[str | None, dict[str, int] | None, str | None]:
+    """(output, usage, error) of a `message`: the tool call's input as JSON text, checked like
+    any output (`postledger.batches.output.check_output`). A message that answered in text
+    instead was still paid for: its text is the output, and checking it says what is wrong.
+    No tool call and no text: no output, and why."""
+    usage = message_usage(body)
+    content = body.get("content") if isinstance(body, dict) else None
+    if not isinstance(content, list):
+        return None, usage, "the message has no content"
+    for block in content:
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "tool_use"
+            and block.get("name") == TOOL_NAME
+            and isinstance(block.get("input"), dict)
+        ):
+            return json.dumps(block["input"], ensure_ascii=False), usage, None
+    text = "".join(
+        str(block.get("text", ""))
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    ).strip()
+    if text:
+        return text, usage, None
+    return (
+        None,
+        usage,
+        f"no call of {TOOL_NAME} and no text (stop_reason {body.get('stop_reason')!r})",
+    )
