@@ -31,6 +31,7 @@ from fastapi import FastAPI, Query, Request, Response
 
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Faults, Route
 from simulator.model import count_tokens
+from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
 from simulator.outputs import spoil_output
 from simulator.responses import error, refusal, transport_fault
 from simulator.upstream import SimTask, TaskState, Upstream
@@ -79,6 +80,8 @@ class SimBatch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    # Why its input file failed validation, one item per bad line (`errors.data`).
+    line_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def status(self, now: float) -> str:
         if self.cancel_at is not None and self.task.state(now) not in _ENDED:
@@ -254,6 +257,8 @@ def add_openai_routes(
         if purpose != "batch":
             return invalid(f"purpose {purpose!r} is not supported here; use `batch`")
         filename, content = parts["file"]
+        if (problem := upload_problem(filename or "", len(content))) is not None:
+            return invalid(problem)
         return add_file(filename or "upload.jsonl", purpose, content).body()
 
     @app.get("/v1/files/{file_id}")
@@ -338,20 +343,11 @@ def add_openai_routes(
             with lock:
                 finish(batch, status)
         stamp = int(time.time())
+        failed = [
+            {"code": "batch_failed", "line": None, "param": None, "message": "The batch failed."}
+        ]
         errors = (
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "code": "batch_failed",
-                        "line": None,
-                        "param": None,
-                        "message": "The batch failed (simulated).",
-                    }
-                ],
-            }
-            if status == "failed"
-            else None
+            {"object": "list", "data": batch.line_errors or failed} if status == "failed" else None
         )
         return {
             "id": batch.id,
@@ -381,19 +377,23 @@ def add_openai_routes(
         if not authorized(request):
             return denied()
         body = await request.json()
-        source = files.get(str(body.get("input_file_id"))) if isinstance(body, dict) else None
-        if source is None:
-            return invalid("input_file_id names no uploaded file")
-        if body.get("endpoint") != ENDPOINT:
-            return invalid(f"only {ENDPOINT} is simulated")
-        lines = [json.loads(line) for line in source.content.decode().splitlines() if line]
-        if not lines:
+        if not isinstance(body, dict):
+            return invalid("the body must be a JSON object")
+        if (problem := create_problem(body, (ENDPOINT,))) is not None:
+            return invalid(problem)
+        source = files.get(str(body.get("input_file_id")))
+        if source is None or source.purpose != "batch":
+            return invalid("input_file_id names no uploaded file of purpose batch")
+        lines, bad_lines = line_errors(source.content, ENDPOINT)
+        if not lines and not bad_lines:
             return invalid("the input file has no requests")
         decision = faults.decide(Route.CREATE)
         if decision is not None and decision.fault in CREATE_REFUSED:
             return refusal(decision, openai=True)
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await transport_fault(decision)  # nothing was made
+        if bad_lines:  # it fails validation: nothing runs, nothing is billed
+            return batch_body(rejected_batch(source, body, bad_lines))
         prompt = chat_input(lines[0]["body"]["messages"])[0]
         posts = [
             (str(line["custom_id"]), chat_input(line["body"]["messages"])[1][0][1])
@@ -424,7 +424,7 @@ def add_openai_routes(
             id=_new_id("batch"),
             task=task,
             input_file_id=source.id,
-            completion_window=str(body.get("completion_window", "24h")),
+            completion_window=str(body["completion_window"]),
             metadata=metadata,
             created_at=int(time.time()),
             fate=fate.get("fate", "completed"),
@@ -435,6 +435,25 @@ def add_openai_routes(
         if decision is not None:
             return await transport_fault(decision)  # made and charged, the answer is lost
         return batch_body(batch)
+
+    def rejected_batch(
+        source: SimFile, body: dict[str, Any], bad_lines: list[dict[str, Any]]
+    ) -> SimBatch:
+        now = time.monotonic()
+        unbilled = SimTask(_new_id("task"), None, "", "", [], now, now, "", 0, 0, "invalid input")
+        batch = SimBatch(
+            id=_new_id("batch"),
+            task=unbilled,
+            input_file_id=source.id,
+            completion_window=str(body["completion_window"]),
+            metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
+            created_at=int(time.time()),
+            fate="failed",
+            line_errors=bad_lines,
+        )
+        with lock:
+            batches[batch.id] = batch
+        return batch
 
     @app.get("/v1/batches")
     async def list_batches(
