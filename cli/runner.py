@@ -24,7 +24,7 @@ from postledger.progress.status import (
     what_is_asked,
 )
 from postledger.record.models import Question
-from postledger.settings import Settings
+from postledger.settings import BUNDLED_SIMULATOR, Settings
 from simulator.server import StartingSimulator, starting_simulator
 
 
@@ -68,7 +68,7 @@ def run_month(
             )
             simulator = running.enter_context(starting_simulator(latency=sim_latency))
             # One name for every run's simulator, whatever its port: its breaker persists (R18).
-            os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", "simulator")
+            os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", BUNDLED_SIMULATOR)
             # The bundled simulator honours idempotency keys, as the task API kind may not.
             os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
         # Prefect is imported while the server and the simulator start (a few seconds each):

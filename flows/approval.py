@@ -8,6 +8,7 @@ given while no run waits still counts for the next one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from prefect import get_run_logger
@@ -16,10 +17,13 @@ from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from prefect.settings import get_current_settings
+from pydantic import Field
 
 from flows.calling import call_for_a_person
 from postledger.guards.breaker import advice
+from postledger.guards.spend import estimate, money
 from postledger.ledger import Ledger
+from postledger.progress.words import duration, spend_words
 from postledger.record.models import (
     Answer,
     ApprovalRecord,
@@ -34,7 +38,10 @@ from postledger.settings import Settings
 class BreakerAnswer(RunInput):
     """The Resume form of a run paused by an open breaker."""
 
-    decision: Literal["continue", "stop"] = "continue"
+    # No default: a person must choose (the form shows no preselected answer).
+    decision: Literal["continue", "stop"] = Field(
+        description="continue: send again (what it may cost is above); stop: end the run"
+    )
     note: str = ""
 
 
@@ -50,9 +57,12 @@ def pause_for_answer(
     *,
     kind: Question,
     batch_ids: list[str] | None = None,
+    on_asked: Callable[[], None] | None = None,
 ) -> tuple[ApprovalRecord, FormT | None]:
     """Record the question (with this run's id and Prefect API, for `postledger approve`), then
-    pause with `form` until a person answers. None as the reply: nobody answered in time."""
+    pause with `form` until a person answers. None as the reply: nobody answered in time.
+    `on_asked`: called once the question is recorded, before the pause (the progress artifact
+    then says what is asked)."""
     context = FlowRunContext.get()
     asked = ledger.approvals.ask(
         month,
@@ -63,6 +73,8 @@ def pause_for_answer(
         kind=kind,
         batch_ids=batch_ids,
     )
+    if on_asked is not None:
+        on_asked()
     call_for_a_person(
         month,
         kind,
@@ -81,7 +93,29 @@ def pause_for_answer(
     return asked, reply
 
 
-def ask_to_continue(ledger: Ledger, month: str, settings: Settings) -> Answer:
+def no_answer(settings: Settings) -> str:
+    return f"no answer within {duration(settings.approval_timeout)}"
+
+
+def spent_so_far(ledger: Ledger, month: str, settings: Settings) -> str:
+    """The month's spend in currency units, for a question's text."""
+    words = spend_words(ledger.spend_totals(month), simulated=settings.simulated())
+    return f"**{month} so far**: {words}."
+
+
+def next_batch_cost(ledger: Ledger, month: str, settings: Settings) -> str:
+    """What the next batch to send is estimated to cost, in words ("" without a price)."""
+    price = settings.price()
+    next_ids = ledger.next_to_start(month, 1)
+    if price is None or not next_ids:
+        return ""
+    texts = [post.text for post in ledger.posts_of(next_ids[0])]
+    return f"about {money(estimate(price, settings.prompt, texts))} (`{next_ids[0]}`)"
+
+
+def ask_to_continue(
+    ledger: Ledger, month: str, settings: Settings, on_asked: Callable[[], None] | None = None
+) -> Answer:
     """Pause until a person answers (or the timeout passes); record the answer. On continue
     the breaker is in `probe` when this returns."""
     upstream = settings.breaker_name()
@@ -94,7 +128,13 @@ def ask_to_continue(ledger: Ledger, month: str, settings: Settings) -> Answer:
     )
     question = breaker_question(ledger, month, upstream, settings)
     asked, reply = pause_for_answer(
-        ledger, month, question, BreakerAnswer, settings, kind=Question.BREAKER
+        ledger,
+        month,
+        question,
+        BreakerAnswer,
+        settings,
+        kind=Question.BREAKER,
+        on_asked=on_asked,
     )
     answer = Answer(reply.decision) if reply else Answer.TIMED_OUT
     ledger.approvals.answer(
@@ -102,13 +142,19 @@ def ask_to_continue(ledger: Ledger, month: str, settings: Settings) -> Answer:
         upstream,
         answer,
         note=reply.note if reply else "",
-        by="the paused run's form" if reply else f"no answer within {settings.approval_timeout} s",
+        by="the paused run's form" if reply else no_answer(settings),
         question_id=asked.id,
     )
     return answer
 
 
-def ask_about_budget(ledger: Ledger, month: str, settings: Settings, why: str) -> Answer:
+def ask_about_budget(
+    ledger: Ledger,
+    month: str,
+    settings: Settings,
+    why: str,
+    on_asked: Callable[[], None] | None = None,
+) -> Answer:
     """The next batch could cross the month's budget: pause until a person says go on (for
     the rest of this month) or stop."""
     get_run_logger().warning(
@@ -119,6 +165,7 @@ def ask_about_budget(ledger: Ledger, month: str, settings: Settings, why: str) -
         month,
     )
     counts = ledger.counts(month)
+    cost = next_batch_cost(ledger, month, settings)
     question = "\n".join(
         [
             f"## {month}: the budget would be crossed",
@@ -128,17 +175,26 @@ def ask_about_budget(ledger: Ledger, month: str, settings: Settings, why: str) -
             f"{counts[PostStatus.COMPLETED]} posts completed, {counts[PostStatus.FAILED]} "
             "failed; the rest are not sent yet.",
             "",
-            "**continue**: go on past the budget for the rest of this month. **stop**: the run "
-            "ends, nothing more is charged, the rest stays `pending` for a later run. No answer "
-            f"within {settings.approval_timeout} s counts as stop.",
+            spent_so_far(ledger, month, settings),
+            "",
+            "**continue**: go on past the budget for the rest of this month"
+            + (f"; the next batch costs {cost}" if cost else "")
+            + ". **stop**: the run ends, nothing more is charged, the rest stays `pending` for "
+            f"a later run. {no_answer(settings).capitalize()} counts as stop.",
         ]
     )
     asked, reply = pause_for_answer(
-        ledger, month, question, BreakerAnswer, settings, kind=Question.BUDGET
+        ledger,
+        month,
+        question,
+        BreakerAnswer,
+        settings,
+        kind=Question.BUDGET,
+        on_asked=on_asked,
     )
     answer = Answer(reply.decision) if reply else Answer.TIMED_OUT
     if asked.id is not None:
-        by = "the paused run's form" if reply else f"no answer within {settings.approval_timeout} s"
+        by = "the paused run's form" if reply else no_answer(settings)
         answer = (
             ledger.approvals.close(asked.id, answer, note=reply.note if reply else "", by=by).answer
             or answer
@@ -174,16 +230,20 @@ def breaker_question(ledger: Ledger, month: str, upstream: str, settings: Settin
     if failures:
         lines += ["", "**Latest failed sends of this month**", ""]
         lines += [f"- `{b.batch_id}`: {b.failure_reason or 'sent again later'}" for b in failures]
+    cost = next_batch_cost(ledger, month, settings)
     lines += [
         "",
         f"**{month}**: {counts[PostStatus.COMPLETED]} completed, "
         f"{counts[PostStatus.FAILED]} failed, {left} left.",
         "",
-        "**continue**: the breaker goes to *probe*: one batch at a time, back to "
-        f"{settings.max_in_flight} after a success; another transport failure opens it again. "
-        "**stop**: the run ends, nothing more is sent, and the breaker stays open for every "
-        f"run until a person continues. No answer within {settings.approval_timeout} s counts "
-        "as stop.",
+        spent_so_far(ledger, month, settings),
+        "",
+        "**continue**: the breaker goes to *probe*: one batch at a time"
+        + (f" (the first costs {cost})" if cost else "")
+        + f", back to {settings.max_in_flight} after a success; another transport failure "
+        "opens it again. **stop**: the run ends, nothing more is sent, and the breaker stays "
+        f"open for every run until a person continues. {no_answer(settings).capitalize()} "
+        "counts as stop.",
         "",
         f"Now: {advice(ledger.approvals.breaker(upstream).level, month)}.",
     ]

@@ -21,7 +21,8 @@ from prefect.artifacts import (
 
 from postledger.ledger import Ledger
 from postledger.progress.report import completed_share, summary_markdown
-from postledger.progress.status import progress_of, status_of
+from postledger.progress.status import progress_of, status_of, what_is_asked
+from postledger.progress.words import spend_words
 
 # The UI need not follow every batch: at most one update per this many seconds.
 MIN_SECONDS_BETWEEN_UPDATES = 2.0
@@ -43,10 +44,26 @@ def failures_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def progress_words(ledger: Ledger, report: dict[str, Any], *, simulated: bool) -> str:
+    """The progress artifact's description: posts, spend in currency units, and, while a run
+    of the month is paused, what it asks, what each answer costs and how to answer."""
+    month = report["month"]
+    words = f"{report['completed']} of {report['total']} posts completed; " + spend_words(
+        ledger.spend_totals(month), simulated=simulated
+    )
+    question = ledger.approvals.waiting(month)
+    if question is not None:
+        asks, answer_with = what_is_asked(question.kind, month)
+        words += f". Paused, waiting for a person: {asks}. Answer: Resume, or `{answer_with}`"
+    return words
+
+
 class MonthArtifacts:
-    def __init__(self, ledger: Ledger, month: str) -> None:
+    def __init__(self, ledger: Ledger, month: str, *, simulated: bool = False) -> None:
+        """`simulated`: the upstream is the bundled simulator (its spend is said so)."""
         self._ledger = ledger
         self._month = month
+        self._simulated = simulated
         self._progress_id: UUID | None = None
         self._last = 0.0
         self._started = time.monotonic()
@@ -71,7 +88,7 @@ class MonthArtifacts:
             if report is None:
                 return
             share = completed_share(report)
-            detail = f"{report['completed']} of {report['total']} posts completed"
+            detail = progress_words(self._ledger, report, simulated=self._simulated)
             if self._progress_id is None:
                 made = create_progress_artifact(
                     share, key=artifact_key(self._month, "progress"), description=detail

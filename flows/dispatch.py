@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Protocol
 
 from prefect import get_run_logger
 
@@ -35,6 +36,12 @@ MAX_NAP_SECONDS = 5.0
 MIN_NAP_SECONDS = 0.05
 # After the breaker held a batch back (another run is probing), look again this much later.
 HELD_NAP_SECONDS = 1.0
+
+
+class ShowProgress(Protocol):
+    """Publishes the month's progress; `force`: even if it was published a moment ago."""
+
+    def __call__(self, *, force: bool = False) -> None: ...
 
 
 class RunStopped(RuntimeError):
@@ -88,7 +95,7 @@ def run_until_done(
     ledger_url: str,
     settings: Settings,
     polls: list[str] | None = None,
-    on_progress: Callable[[], None] | None = None,
+    on_progress: ShowProgress | None = None,
     holder: str | None = None,
 ) -> str | None:
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
@@ -106,7 +113,7 @@ class Dispatch:
         settings: Settings,
         runs: BatchRuns,
         polls: list[str],
-        on_progress: Callable[[], None] | None,
+        on_progress: ShowProgress | None,
     ) -> None:
         self.ledger, self.month, self.settings, self.runs = ledger, month, settings, runs
         self.to_poll = polls
@@ -219,7 +226,9 @@ class Dispatch:
                 return None
             case HeldByBudget(why=why):
                 return self.ask(
-                    lambda: ask_about_budget(self.ledger, self.month, self.settings, why),
+                    lambda: ask_about_budget(
+                        self.ledger, self.month, self.settings, why, self.show_question
+                    ),
                     self.budget_stop,
                 )
         if self.breaker_level() is BreakerLevel.OPEN and (
@@ -227,7 +236,7 @@ class Dispatch:
         ):
             # Everything sent has come back (R37): now a person decides (R19).
             return self.ask(
-                lambda: ask_to_continue(self.ledger, self.month, self.settings),
+                lambda: ask_to_continue(self.ledger, self.month, self.settings, self.show_question),
                 lambda answer: breaker_stop(self.upstream, self.month, answer),
             )
         wake = self.ledger.next_wake(self.month, skip=self.crashed)
@@ -253,6 +262,11 @@ class Dispatch:
             return Finished(stopped(answer))
         except LedgerUnavailable as exc:
             return Finished(ledger_stop(exc, set(), self.settings, self.month))
+
+    def show_question(self) -> None:
+        """The question is recorded: the progress shows it before the run pauses."""
+        if self.on_progress is not None:
+            self.on_progress(force=True)
 
     def budget_stop(self, answer: Answer) -> str:
         """No yes to cross the budget: what was not sent goes back to pending, uncharged."""

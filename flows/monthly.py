@@ -163,13 +163,19 @@ def process_month(
         raise RunStopped(f"{run.month}: nothing was sent: {exc}") from None
 
     make_room_for_batches()
-    artifacts = MonthArtifacts(run.ledger, run.month)
+    artifacts = MonthArtifacts(run.ledger, run.month, simulated=run.settings.simulated())
     artifacts.update(force=True)
     try:
         stopped = run_batches(run, polls, artifacts)
         if stopped is None and answer is None and recovery.needs_yes:
             # Asked once, after everything safe is done (R22–R24, R47).
-            answer = ask_about_interrupted(run.ledger, run.month, recovery, run.settings)
+            answer = ask_about_interrupted(
+                run.ledger,
+                run.month,
+                recovery,
+                run.settings,
+                on_asked=lambda: artifacts.update(force=True),
+            )
             if answer is not None:
                 polls = carry_out(run.ledger, recovery, answer, run.settings)
                 stopped = run_batches(run, polls, artifacts)
@@ -306,7 +312,7 @@ def say_how_it_ended(run: MonthRun, seconds: float) -> None:
 def _simulated(run: MonthRun) -> bool:
     # `postledger run` names its bundled simulator so (cli/runner.py); a user's upstream
     # is named by its host or by POSTLEDGER_UPSTREAM_NAME.
-    return run.settings.breaker_name() == "simulator"
+    return run.settings.simulated()
 
 
 def month_summary(ledger: Ledger, month: str) -> dict[str, Any]:

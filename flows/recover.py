@@ -6,10 +6,12 @@ safe work is done (R47). No answer leaves them waiting, charged nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefect import get_run_logger
 from prefect.input import RunInput
 
-from flows.approval import pause_for_answer
+from flows.approval import no_answer, pause_for_answer, spent_so_far
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.record.models import ApprovalRecord, Question
@@ -79,7 +81,11 @@ def carry_out(
 
 
 def ask_about_interrupted(
-    ledger: Ledger, month: str, plan: RecoveryPlan, settings: Settings
+    ledger: Ledger,
+    month: str,
+    plan: RecoveryPlan,
+    settings: Settings,
+    on_asked: Callable[[], None] | None = None,
 ) -> ApprovalRecord | None:
     """Pause once and ask; None if nobody answered in time (the batches keep waiting)."""
     logger = get_run_logger()
@@ -93,15 +99,16 @@ def ask_about_interrupted(
     asked, reply = pause_for_answer(
         ledger,
         month,
-        recovery_question(month, plan, settings),
+        recovery_question(month, plan, settings, spent=spent_so_far(ledger, month, settings)),
         RecoveryAnswer,
         settings,
         kind=Question.RECOVERY,
         batch_ids=batch_ids,
+        on_asked=on_asked,
     )
     if reply is None:
         if asked.id is not None:
-            ledger.approvals.lapse(asked.id, f"no answer within {settings.approval_timeout} s")
+            ledger.approvals.lapse(asked.id, no_answer(settings))
         logger.warning("no answer in time: the interrupted batches keep waiting")
         return None
     return ledger.approvals.answer_recovery(
@@ -116,7 +123,11 @@ def ask_about_interrupted(
     )
 
 
-def recovery_question(month: str, plan: RecoveryPlan, settings: Settings) -> str:
+def recovery_question(
+    month: str, plan: RecoveryPlan, settings: Settings, *, spent: str = ""
+) -> str:
+    """The markdown above the Resume form: what each batch needs, what a resubmission may cost
+    (`spent`: the month's spend so far, in words)."""
     polls, resends = plan.of(RecoveryAction.POLL), plan.of(RecoveryAction.RESUBMIT)
     lines = [
         f"## {month}: batches an earlier run sent but never saw answered",
@@ -140,7 +151,7 @@ def recovery_question(month: str, plan: RecoveryPlan, settings: Settings) -> str
         )
     else:
         lines.append(
-            f"**Possible double charge: about {money(plan.double_charge_cost)}** "
+            f"**Resubmitting may be charged twice: about {money(plan.double_charge_cost)}** "
             f"({plan.double_charge_tokens} input tokens, plus their output): the upstream does "
             "not honour idempotency keys, so a batch it made already would be made and charged "
             "again."
@@ -149,8 +160,9 @@ def recovery_question(month: str, plan: RecoveryPlan, settings: Settings) -> str
     lines += [
         f"| `{s.batch_id}` | {s.action} | {len(s.post_ids)} | {s.why} |" for s in polls + resends
     ]
+    lines += ["", spent] if spent else []
     lines += [
         "",
-        f"No answer within {settings.approval_timeout} s leaves them waiting, charged nothing.",
+        f"{no_answer(settings).capitalize()} leaves them waiting, charged nothing.",
     ]
     return "\n".join(lines)

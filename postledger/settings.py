@@ -45,6 +45,11 @@ class UpstreamKind(StrEnum):
         return root
 
 
+# The name `postledger run` gives its bundled simulator, whatever its port: its breaker
+# persists across runs (R18), and its spend is said to be simulated.
+BUNDLED_SIMULATOR = "simulator"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POSTLEDGER_", extra="ignore")
 
@@ -214,6 +219,10 @@ class Settings(BaseSettings):
         # moment ago, so looking it up first is no guarantee.
         return False
 
+    def simulated(self) -> bool:
+        """Whether the upstream is `postledger run`'s bundled simulator: nothing is paid."""
+        return self.breaker_name() == BUNDLED_SIMULATOR
+
     def price(self) -> Price | None:
         """The price of the configured model; None if the table has none."""
         return self.prices.get(self.model)
@@ -223,7 +232,7 @@ class Settings(BaseSettings):
         if self.upstream_name:
             return self.upstream_name
         if not self.upstream_url:
-            return "simulator"
+            return BUNDLED_SIMULATOR
         parsed = urlsplit(self.upstream_url)
         return f"{parsed.hostname}:{parsed.port}" if parsed.port else str(parsed.hostname)
 

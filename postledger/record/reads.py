@@ -18,6 +18,7 @@ from postledger.record.models import (
     PostRecord,
     PostStatus,
     SpendRecord,
+    SpendState,
     utcnow,
 )
 
@@ -213,6 +214,30 @@ class LedgerReads:
                     .order_by(col(SpendRecord.id))
                 )
             )
+
+    def spend_totals(self, month: str) -> dict[str, int]:
+        """Confirmed, possible and wasted spend of the month in micro-units, summed by the
+        database (what `postledger.guards.charges.spend_summary` says of the same rows): cheap
+        to ask while a long month runs."""
+        amount = func.coalesce(SpendRecord.cost, SpendRecord.estimated_cost, 0)
+        with self._read() as session:
+            rows = session.exec(
+                select(
+                    SpendRecord.state,
+                    func.sum(amount),
+                    func.sum(func.coalesce(SpendRecord.estimated_cost, 0)),
+                )
+                .where(SpendRecord.month == month)
+                .group_by(col(SpendRecord.state))
+            ).all()
+        totals = {"confirmed": 0, "possible": 0, "wasted": 0}
+        for stored, settled, estimated in rows:
+            state = SpendState(stored)
+            if state is SpendState.POSSIBLE:
+                totals["possible"] += int(estimated or 0)
+            elif state in (SpendState.CONFIRMED, SpendState.WASTED):
+                totals[state.value] += int(settled or 0)
+        return totals
 
     def events(self, month: str) -> list[EventRecord]:
         with self._read() as session:

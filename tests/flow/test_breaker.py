@@ -122,6 +122,14 @@ def assert_back_to_two(flow_run_id: UUID, closed: datetime, charges: list[dict[s
         assert together, "no two batches ran at once after the close"
 
 
+def test_the_breaker_form_preselects_no_decision() -> None:
+    from flows.approval import BreakerAnswer
+
+    schema = BreakerAnswer.model_json_schema()
+    assert "decision" in schema["required"]
+    assert "default" not in schema["properties"]["decision"]
+
+
 def creates(sim: Sim) -> int:
     return int(sim.stats()["requests"].get("create", 0))
 
@@ -191,6 +199,16 @@ def test_second_failure_opens_pauses_and_continue_probes_first(
     assert flow_run_state(question.flow_run_id) == "PAUSED"
     assert ai_batch_slots_taken() == 0  # a paused run holds no slot
     assert "is open" in question.question and "continue" in question.question
+    # What it costs, in currency units: the month so far, and the probe a continue sends.
+    assert "so far**: spend confirmed " in question.question
+    assert "(the first costs about " in question.question
+    assert "No answer within 24 h counts as stop" in question.question
+    from prefect.artifacts import Artifact
+
+    progress = Artifact.get(f"postledger-{MONTH}-progress")
+    assert progress is not None and progress.description is not None
+    assert "Paused, waiting for a person: the circuit breaker is open" in progress.description
+    assert f"postledger approve --month {MONTH}" in progress.description
 
     if answer_with == "postledger approve":
         done = approve_in_another_process(ledger_url, "--note", "upstream is back")

@@ -79,6 +79,18 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     assert all(row["how to continue"] for row in table)
     summary = artifact(f"postledger-{MONTH}-summary")
     assert f"**{completed} of {len(posts)} posts completed**" in summary
+    # The progress says the month's spend in currency units, as the ledger's rows add up.
+    from prefect.artifacts import Artifact
+
+    from postledger.guards.charges import spend_summary
+    from postledger.progress.words import spend_words
+
+    rows = spend_summary(ledger.spend(MONTH))
+    assert ledger.spend_totals(MONTH) == {k: rows[k] for k in ("confirmed", "possible", "wasted")}
+    assert rows["confirmed"] > 0 and rows["wasted"] > 0  # the faults wasted some
+    progress = Artifact.get(f"postledger-{MONTH}-progress")
+    assert progress is not None and progress.description is not None
+    assert spend_words(ledger.spend_totals(MONTH), simulated=False) in progress.description
 
     stats_before = faulty.stats()["requests"]
     for _ in range(3):
