@@ -96,7 +96,7 @@ def run(
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     answers = {"poll": poll, "resubmit": resubmit} if poll or resubmit else {}
-    code = run_month(month, posts, sim_latency=latency, console=out, **answers)
+    code = run_month(month, posts, sim_latency=latency, console=out, verbose=verbose, **answers)
     raise typer.Exit(code)
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cli.run_logs import logs_above_the_bar
 from postledger.batches.posts import InputError, default_posts_path, load_posts
 from postledger.ledger import Ledger
 from postledger.progress.status import (
@@ -34,6 +35,7 @@ def run_month(
     *,
     sim_latency: float,
     console: Console,
+    verbose: bool = False,
     poll: bool | None = None,
     resubmit: bool | None = None,
 ) -> int:
@@ -85,7 +87,10 @@ def run_month(
         ledger = Ledger(settings.resolved_database_url())
         before = progress_of(ledger, month)
         stopped: str | None = None
-        with _progress_bar(ledger, month, total, console, embedded=server is not None):
+        with (
+            _progress_bar(ledger, month, total, console, embedded=server is not None),
+            logs_above_the_bar(console, verbose=verbose),
+        ):
             try:
                 monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)
             except InputError as exc:
@@ -156,6 +161,8 @@ def _progress_bar(
     )
     bar = progress.add_task("posts", total=total, detail="starting Prefect…")
 
+    told: set[int | None] = set()  # the questions already printed in full
+
     def refresh() -> None:
         while not stop.wait(0.5):
             report = progress_of(ledger, month)  # light: this runs beside the batches
@@ -166,7 +173,11 @@ def _progress_bar(
                 f"{report['counts']['running']} running"
             )
             if (question := ledger.approvals.waiting(month)) is not None:
-                detail = _paused(question.kind, month, embedded=embedded)
+                # In full above the bar, once: the bar's line is cut at the terminal's width.
+                if question.id not in told:
+                    told.add(question.id)
+                    progress.console.print(_paused(question.kind, month, embedded=embedded))
+                detail = "[red]paused: waiting for a person's answer (see above)[/]"
             progress.update(bar, completed=report["completed"] + report["failed"], detail=detail)
 
     watcher = threading.Thread(target=refresh, name="postledger-progress", daemon=True)

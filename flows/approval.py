@@ -8,6 +8,7 @@ given while no run waits still counts for the next one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
@@ -20,6 +21,7 @@ from prefect.settings import get_current_settings
 from pydantic import Field
 
 from flows.calling import call_for_a_person
+from flows.local_server import LOCAL_SERVER_FLAG
 from postledger.guards.breaker import advice
 from postledger.guards.spend import estimate, money
 from postledger.ledger import Ledger
@@ -93,6 +95,14 @@ def pause_for_answer(
     return asked, reply
 
 
+def how_to_answer(command: str) -> str:
+    """Where a person answers: the Prefect UI's Resume, or the command. `postledger run`'s
+    private server serves no UI: there, only the command, in another terminal."""
+    if os.environ.get(LOCAL_SERVER_FLAG):
+        return f"in another terminal, `{command}`"
+    return f"Resume in the Prefect UI, or `{command}`"
+
+
 def no_answer(settings: Settings) -> str:
     return f"no answer within {duration(settings.approval_timeout)}"
 
@@ -120,11 +130,10 @@ def ask_to_continue(
     the breaker is in `probe` when this returns."""
     upstream = settings.breaker_name()
     get_run_logger().warning(
-        "%s: the breaker of %s is open; nothing more is sent until a person answers: Resume "
-        "in the Prefect UI, or `postledger approve --month %s [--stop]`",
+        "%s: the breaker of %s is open; nothing more is sent until a person answers: %s",
         month,
         upstream,
-        month,
+        how_to_answer(f"postledger approve --month {month} [--stop]"),
     )
     question = breaker_question(ledger, month, upstream, settings)
     asked, reply = pause_for_answer(
@@ -158,11 +167,10 @@ def ask_about_budget(
     """The next batch could cross the month's budget: pause until a person says go on (for
     the rest of this month) or stop."""
     get_run_logger().warning(
-        "%s: %s. Nothing more is sent until a person answers: Resume in the Prefect UI, or "
-        "`postledger approve --month %s [--stop]`",
+        "%s: %s. Nothing more is sent until a person answers: %s",
         month,
         why,
-        month,
+        how_to_answer(f"postledger approve --month {month} [--stop]"),
     )
     counts = ledger.counts(month)
     cost = next_batch_cost(ledger, month, settings)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from prefect import get_run_logger
 from prefect.input import RunInput
 
-from flows.approval import no_answer, pause_for_answer, spent_so_far
+from flows.approval import how_to_answer, no_answer, pause_for_answer, spent_so_far
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.record.models import ApprovalRecord, Question
@@ -90,10 +90,9 @@ def ask_about_interrupted(
     """Pause once and ask; None if nobody answered in time (the batches keep waiting)."""
     logger = get_run_logger()
     logger.warning(
-        "%s: interrupted batches need a yes: Resume in the Prefect UI, or `postledger approve "
-        "--month %s --poll [--resubmit]`",
+        "%s: interrupted batches need a yes: %s",
         month,
-        month,
+        how_to_answer(f"postledger approve --month {month} --poll [--resubmit]"),
     )
     batch_ids = [s.batch_id for s in plan.steps]
     asked, reply = pause_for_answer(

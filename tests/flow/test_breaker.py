@@ -4,6 +4,7 @@ log show what was sent and when; the ledger shows the breaker's history and peop
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -292,6 +293,13 @@ def test_the_breaker_and_the_answer_survive_a_restart(
     first = postledger("run", "--month", MONTH, "--posts", posts, cwd=tmp_path, env=env)
     assert first.returncode == 1, first.stdout
     assert "nobody answered" in first.stdout
+    # The pause said, in full, where and how to answer: this run's private server serves no
+    # UI. Its retried and failed sends were told in postledger's words, with no traceback.
+    said = first.stdout + first.stderr
+    assert f"in another terminal with `postledger approve --month {MONTH}" in said, said
+    assert "Prefect UI" not in said
+    assert "Traceback" not in said and "NoneType: None" not in said, said
+    assert re.search(rf"{MONTH}-b\d{{4}}: request retries exhausted: POST /v1/tasks", said)
     assert breaker_level(env, tmp_path, upstream) == "open"
 
     answered = postledger(
