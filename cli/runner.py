@@ -107,9 +107,13 @@ def run_month(
     console.print(status_table(report))
     if (table := failures_table(report)) is not None:
         console.print(table)
-    console.print(_what_this_run_did(before, report))
-    console.print(f"ledger: {_shown(settings.resolved_database_url())}")
-    console.print(f"results: postledger report --month {month}  (posts and a summary, as files)")
+    # Plain text: rich's highlighter would colour the month's digits as numbers.
+    console.print(_what_this_run_did(before, report), highlight=False)
+    console.print(f"ledger: {_shown(settings.resolved_database_url())}", highlight=False)
+    console.print(
+        f"results: postledger report --month {month}  (posts and a summary, as files)",
+        highlight=False,
+    )
     return 0 if report["unfinished"] == 0 and not stopped else 1
 
 
