@@ -19,10 +19,13 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
+from flows.approval import next_batch_cost
 from postledger.ledger import Ledger
 from postledger.progress.report import completed_share, summary_markdown
 from postledger.progress.status import progress_of, status_of, what_is_asked
 from postledger.progress.words import spend_words
+from postledger.record.models import Question
+from postledger.settings import Settings
 
 # The UI need not follow every batch: at most one update per this many seconds.
 MIN_SECONDS_BETWEEN_UPDATES = 2.0
@@ -44,26 +47,30 @@ def failures_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def progress_words(ledger: Ledger, report: dict[str, Any], *, simulated: bool) -> str:
+def progress_words(ledger: Ledger, report: dict[str, Any], settings: Settings) -> str:
     """The progress artifact's description: posts, spend in currency units, and, while a run
     of the month is paused, what it asks, what each answer costs and how to answer."""
     month = report["month"]
     words = f"{report['completed']} of {report['total']} posts completed; " + spend_words(
-        ledger.spend_totals(month), simulated=simulated
+        ledger.spend_totals(month), simulated=settings.simulated()
     )
     question = ledger.approvals.waiting(month)
     if question is not None:
         asks, answer_with = what_is_asked(question.kind, month)
-        words += f". Paused, waiting for a person: {asks}. Answer: Resume, or `{answer_with}`"
+        words += f". Paused, waiting for a person: {asks}"
+        if question.kind in (Question.BREAKER, Question.BUDGET) and (
+            cost := next_batch_cost(ledger, month, settings)
+        ):
+            words += f"; a continue sends next a batch of {cost}"
+        words += f". Answer: Resume, or `{answer_with}`"
     return words
 
 
 class MonthArtifacts:
-    def __init__(self, ledger: Ledger, month: str, *, simulated: bool = False) -> None:
-        """`simulated`: the upstream is the bundled simulator (its spend is said so)."""
+    def __init__(self, ledger: Ledger, month: str, settings: Settings) -> None:
         self._ledger = ledger
         self._month = month
-        self._simulated = simulated
+        self._settings = settings
         self._progress_id: UUID | None = None
         self._last = 0.0
         self._started = time.monotonic()
@@ -88,7 +95,7 @@ class MonthArtifacts:
             if report is None:
                 return
             share = completed_share(report)
-            detail = progress_words(self._ledger, report, simulated=self._simulated)
+            detail = progress_words(self._ledger, report, self._settings)
             if self._progress_id is None:
                 made = create_progress_artifact(
                     share, key=artifact_key(self._month, "progress"), description=detail

@@ -163,7 +163,7 @@ def process_month(
         raise RunStopped(f"{run.month}: nothing was sent: {exc}") from None
 
     make_room_for_batches()
-    artifacts = MonthArtifacts(run.ledger, run.month, simulated=run.settings.simulated())
+    artifacts = MonthArtifacts(run.ledger, run.month, run.settings)
     artifacts.update(force=True)
     try:
         stopped = run_batches(run, polls, artifacts)

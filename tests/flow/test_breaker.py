@@ -209,6 +209,7 @@ def test_second_failure_opens_pauses_and_continue_probes_first(
     progress = Artifact.get(f"postledger-{MONTH}-progress")
     assert progress is not None and progress.description is not None
     assert "Paused, waiting for a person: the circuit breaker is open" in progress.description
+    assert "a continue sends next a batch of about " in progress.description
     assert f"postledger approve --month {MONTH}" in progress.description
 
     if answer_with == "postledger approve":
