@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
@@ -121,9 +122,10 @@ def _monthly_posts(
 
     ledger_url = settings.resolved_database_url()
     ledger = open_ledger(ledger_url)
-    run = MonthRun(ledger, ledger_url, month, settings, str(flow_run.id or uuid.uuid4()))
+    holder = str(flow_run.id or uuid.uuid4())
     try:
-        with ledger.leases.holding(month, run.holder):
+        with ledger.leases.holding(month, holder) as taken_over_from:
+            run = MonthRun(ledger, ledger_url, month, settings, holder, taken_over_from)
             return process_month(run, posts, path, poll, resubmit)
     except MonthBusy as exc:
         raise RunStopped(f"{month}: nothing was done: {exc}") from None
@@ -140,6 +142,8 @@ class MonthRun:
     month: str
     settings: Settings
     holder: str  # this run's claim on the month, checked as each batch starts
+    # The run that held the month before and ended without giving it back (it crashed).
+    taken_over_from: str | None = None
 
 
 def process_month(
@@ -162,7 +166,7 @@ def process_month(
     except LedgerUnavailable as exc:
         raise RunStopped(f"{run.month}: nothing was sent: {exc}") from None
 
-    make_room_for_batches()
+    make_room_for_batches(run)
     artifacts = MonthArtifacts(run.ledger, run.month, run.settings)
     artifacts.update(force=True)
     try:
@@ -246,14 +250,26 @@ def adopt_orphans(run: MonthRun) -> None:
         get_run_logger().warning("could not look for orphaned upstream tasks: %s", exc)
 
 
-def make_room_for_batches() -> None:
+def make_room_for_batches(run: MonthRun) -> None:
     """The tag limit exists, and no slot is held by a run that is gone."""
     ensure_tag_limit()
-    if os.environ.get(LOCAL_SERVER_FLAG):
+    dead = _flow_run_id(run.taken_over_from)
+    if os.environ.get(LOCAL_SERVER_FLAG) or dead is not None:
         # Our local server runs no lease reaper: slots of a killed run would stay taken, and
-        # this run would wait for them forever. (A full Prefect server reaps them itself.)
-        for line in free_stale_slots():
+        # this run would wait for them forever. A full Prefect server reaps them itself, a
+        # minute or so after the lease lapsed; the slots of the run this one took the month
+        # over from (it crashed) are freed at once, on any server.
+        dead_runs = [dead] if dead is not None else []
+        for line in free_stale_slots(dead_flow_run_ids=dead_runs):
             get_run_logger().warning("%s", line)
+
+
+def _flow_run_id(holder: str | None) -> UUID | None:
+    """The flow run id a month claim's holder names (outside Prefect it is a random id)."""
+    try:
+        return UUID(holder) if holder else None
+    except ValueError:
+        return None
 
 
 def run_batches(run: MonthRun, polls: list[str], artifacts: MonthArtifacts) -> str | None:

@@ -64,8 +64,9 @@ class MonthLeases:
         # has ended (its release could not be written, say) is no longer held by anyone.
         self._active: set[tuple[str, str]] = set()
 
-    def claim(self, month: str, holder: str) -> None:
-        """Take the month for `holder`, or raise `MonthBusy` if a live run holds it."""
+    def claim(self, month: str, holder: str) -> str | None:
+        """Take the month for `holder`, or raise `MonthBusy` if a live run holds it. Returns
+        the run it was taken over from: one that ended without giving it back (a crash)."""
         with self._locks.session(month) as session:
             record = session.get(MonthRunRecord, month)
             if record is not None and record.holder != holder and self._alive(record):
@@ -75,11 +76,13 @@ class MonthLeases:
                     "UTC). Wait for it to end, or stop it first; a second run would take its "
                     "batches in flight for interrupted ones."
                 )
+            dead = record.holder if record is not None and record.holder != holder else None
             record = record or MonthRunRecord(month=month, holder=holder, host="", pid=0)
             record.holder, record.host, record.pid = holder, self._host, os.getpid()
             record.heartbeat_at = utcnow()
             session.add(record)
         self._active.add((month, holder))
+        return dead
 
     def beat(self, month: str, holder: str) -> None:
         """Keep the claim fresh; `MonthLost` if another run has taken the month over."""
@@ -106,9 +109,10 @@ class MonthLeases:
         return fresh and _process_exists(record.pid)  # a killed run frees it at once
 
     @contextmanager
-    def holding(self, month: str, holder: str) -> Iterator[None]:
-        """Claim the month, keep the claim fresh while the block runs, give it back after."""
-        self.claim(month, holder)
+    def holding(self, month: str, holder: str) -> Iterator[str | None]:
+        """Claim the month, keep the claim fresh while the block runs, give it back after.
+        Yields the run the month was taken over from, if any (see `claim`)."""
+        dead = self.claim(month, holder)
         stop = threading.Event()
 
         def beat() -> None:
@@ -123,7 +127,7 @@ class MonthLeases:
         beating = threading.Thread(target=beat, name=f"postledger-lease-{month}", daemon=True)
         beating.start()
         try:
-            yield
+            yield dead
         finally:
             stop.set()
             beating.join()

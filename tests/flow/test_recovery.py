@@ -147,3 +147,34 @@ def test_a_task_the_upstream_forgot_is_a_recovery_failure_with_no_new_charge(
         else:
             assert post.status is PostStatus.COMPLETED
     ledger.close()
+
+
+# --- a crash on a shared Prefect server ------------------------------------------------------
+
+
+@pytest.mark.processes  # runs postledger in another process
+def test_the_run_that_takes_over_a_crashed_runs_month_frees_its_slot_at_once(
+    prefect_harness: None,
+    sim: Sim,
+    ledger_url: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Workers share one Prefect server: a run killed mid-batch leaves its `ai-batch` slot
+    leased there until the lease lapses and a reaper frees it. The next run of the month,
+    which takes the month over from the dead run, frees that run's slots first."""
+    from prefect.settings import PREFECT_API_URL
+
+    from tests.helpers import ai_batch_slots_taken
+
+    shared = str(PREFECT_API_URL.value())  # this worker's server, as a worker's would be
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", PREFECT_API_URL=shared)
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
+    assert ai_batch_slots_taken() >= 1  # the dead run's slot, still leased
+    finish_month_here(request, tmp_path)
+    # Freed by the takeover: this server runs no reaper, and the dead run's lease had not
+    # lapsed when the next run began (a slot it could not free would still be counted).
+    assert ai_batch_slots_taken() == 0
+    ledger = Ledger(ledger_url)
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    ledger.close()
