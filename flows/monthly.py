@@ -41,6 +41,7 @@ from postledger.guards.spill import Spill
 from postledger.ledger import Ledger, open_ledger
 from postledger.preflight import NotReady, check_ready
 from postledger.progress.status import status_of
+from postledger.progress.words import SIMULATED
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchStatus
 from postledger.record.month_lease import MonthBusy
@@ -309,7 +310,7 @@ def say_how_it_ended(run: MonthRun, seconds: float) -> None:
     if report is None:
         return
     spend = report["spend"]["shown"]
-    simulated = " (simulated: the bundled simulator, nothing paid)" if _simulated(run) else ""
+    simulated = SIMULATED if run.settings.simulated() else ""
     get_run_logger().info(
         "%s: %d completed, %d failed, %d left; spend confirmed %s, possible %s, wasted %s%s; "
         "this run took %.0f s",
@@ -323,12 +324,6 @@ def say_how_it_ended(run: MonthRun, seconds: float) -> None:
         simulated,
         seconds,
     )
-
-
-def _simulated(run: MonthRun) -> bool:
-    # `postledger run` names its bundled simulator so (cli/runner.py); a user's upstream
-    # is named by its host or by POSTLEDGER_UPSTREAM_NAME.
-    return run.settings.simulated()
 
 
 def month_summary(ledger: Ledger, month: str) -> dict[str, Any]:

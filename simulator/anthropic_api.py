@@ -37,9 +37,9 @@ from fastapi.responses import JSONResponse
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Decision, Faults, Route
 from simulator.model import count_tokens
 from simulator.openai_api import chat_input
-from simulator.outputs import spoil_output
+from simulator.outputs import spoiled_by
 from simulator.responses import transport_fault
-from simulator.upstream import SimTask, Upstream
+from simulator.upstream import Upstream
 
 # The top-level fields of a Messages API request (anything else is refused, as the API does).
 KNOWN_FIELDS = frozenset(
@@ -211,10 +211,6 @@ def status_answer(status: int) -> Response:
 def add_anthropic_routes(
     app: FastAPI, upstream: Upstream, faults: Faults, key_matches: Callable[[str], bool]
 ) -> None:
-    def spoil(task: SimTask) -> None:
-        if (decision := faults.decide(Route.OUTPUT)) is not None:
-            task.output = spoil_output(task.output, decision.fault, faults.pick)
-
     @app.post("/v1/messages")
     async def messages(request: Request) -> Any:
         upstream.count_request("create")
@@ -244,7 +240,7 @@ def add_anthropic_routes(
             posts=posts,
             idempotency_key=None,
             now=time.monotonic(),
-            on_new=spoil,
+            on_new=spoiled_by(faults),
             honour_key=False,
         )
         await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))

@@ -32,7 +32,7 @@ from fastapi import FastAPI, Query, Request, Response
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Faults, Route
 from simulator.model import count_tokens
 from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
-from simulator.outputs import spoil_output
+from simulator.outputs import spoil_output, spoiled_by
 from simulator.responses import error, refusal, transport_fault
 from simulator.upstream import SimTask, TaskState, Upstream
 
@@ -206,10 +206,6 @@ def add_openai_routes(
             files[made.id] = made
         return made
 
-    def spoil(task: SimTask) -> None:
-        if (decision := faults.decide(Route.OUTPUT)) is not None:
-            task.output = spoil_output(task.output, decision.fault, faults.pick)
-
     # --- chat completions --------------------------------------------------------------------
 
     @app.post("/v1/chat/completions")
@@ -234,7 +230,7 @@ def add_openai_routes(
             posts=posts,
             idempotency_key=request.headers.get("idempotency-key"),
             now=time.monotonic(),
-            on_new=spoil,
+            on_new=spoiled_by(faults),
             honour_key=False,
         )
         await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))

@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from simulator.faults import Route
+from simulator.faults import Faults, Route
+from simulator.upstream import SimTask
 
 
 def spoil_output(output: str, fault: str, pick: Callable[[Route, int], int]) -> str:
@@ -32,3 +33,13 @@ def spoil_output(output: str, fault: str, pick: Callable[[Route, int], int]) -> 
     elif fault == "duplicate_id":
         items.insert(index, {**item, "summary": "A second, different answer for the same post."})
     return json.dumps(items, ensure_ascii=False)
+
+
+def spoiled_by(faults: Faults) -> Callable[[SimTask], None]:
+    """What a synchronous call's new task meets: the output fault that fires for it, if any."""
+
+    def spoil(task: SimTask) -> None:
+        if (decision := faults.decide(Route.OUTPUT)) is not None:
+            task.output = spoil_output(task.output, decision.fault, faults.pick)
+
+    return spoil
