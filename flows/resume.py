@@ -9,14 +9,21 @@ its local server on loopback).
 from __future__ import annotations
 
 import os
+import time
 from uuid import UUID
 
 import httpx
+from prefect import get_client
+from prefect.client.schemas.objects import StateType
 from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
 from prefect.flow_runs import resume_flow_run
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from postledger.record.models import ApprovalRecord
+
+# The run records its question, then posts an event and pauses: an answer given in between
+# finds it still running. It is waited for this long to pause, not given up on.
+PAUSE_WAIT_SECONDS = 30.0
 
 
 class NotResumed(RuntimeError):
@@ -32,7 +39,9 @@ def resume_run(question: ApprovalRecord, run_input: dict[str, object]) -> None:
         raise NotResumed("no Prefect API known: set PREFECT_API_URL")
     try:
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
-            resume_flow_run(UUID(question.flow_run_id), run_input=run_input)
+            flow_run_id = UUID(question.flow_run_id)
+            _wait_until_paused(flow_run_id)
+            resume_flow_run(flow_run_id, run_input=run_input)
     except (httpx.HTTPError, OSError) as exc:
         raise NotResumed(f"the Prefect API at {api_url} did not answer ({exc})") from None
     except ObjectNotFound:
@@ -45,3 +54,16 @@ def resume_run(question: ApprovalRecord, run_input: dict[str, object]) -> None:
         raise NotResumed(f"run {question.flow_run_id} is not paused any more") from None
     except RuntimeError as exc:  # the API refused the input
         raise NotResumed(f"run {question.flow_run_id}: {exc}") from None
+
+
+def _wait_until_paused(flow_run_id: UUID, timeout: float = PAUSE_WAIT_SECONDS) -> None:
+    """Return once the run is paused, or is no longer running (the resume then says why)."""
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            state = client.read_flow_run(flow_run_id).state
+            if state is None or state.type is not StateType.RUNNING:
+                return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.2)

@@ -25,10 +25,12 @@ from tests.helpers import (
     MONTH,
     Sim,
     child_env,
+    flow_run_state,
     in_background,
     postledger,
     running,
     start_sim,
+    wait_for,
 )
 from tests.helpers import posts_file as write_posts
 
@@ -228,7 +230,8 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     path = str(posts_file(tmp_path, 40))
     thread, outcome = in_background(lambda: monthly_posts(month=MONTH, posts_path=path))
     question = wait_for_question(ledger)
-    time.sleep(0.5)
+    # The question is recorded before the run pauses: resumed only once it is paused.
+    assert wait_for("Paused", lambda: flow_run_state(question.flow_run_id) == "PAUSED")
     charged = sim.charges()
     assert len(charged) == 4  # the fifth batch would have crossed the budget
     assert sum(cost_of(PRICE, c["input_tokens"], c["output_tokens"]) for c in charged) <= max_cost

@@ -1,0 +1,60 @@
+"""An answer given in the moment between a run recording its question and pausing still reaches
+the run: `postledger approve` waits for the pause instead of leaving the run paused with an
+answer it never gets."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from postledger.ledger import Ledger
+from postledger.record.models import Question
+from tests.helpers import MONTH, flow_run_state, in_background, wait_for
+
+ASK_TO_PAUSE_SECONDS = 2.0  # far longer than the real gap: the answer surely comes first
+
+
+def asks_then_pauses_late(ledger_url: str) -> str:
+    """A flow that records a question, as the monthly flow does, then pauses a while later."""
+    from prefect import flow
+    from prefect.context import FlowRunContext
+    from prefect.flow_runs import pause_flow_run
+    from prefect.settings import get_current_settings
+
+    from flows.approval import BreakerAnswer
+
+    @flow(name="asks-then-pauses-late", persist_result=False)
+    def asks() -> str:
+        context = FlowRunContext.get()
+        assert context is not None and context.flow_run is not None
+        ledger = Ledger(ledger_url)
+        ledger.approvals.ask(
+            MONTH,
+            "simulator",
+            "Continue?",
+            flow_run_id=str(context.flow_run.id),
+            prefect_api_url=get_current_settings().api.url,
+            kind=Question.BREAKER,
+        )
+        ledger.close()
+        time.sleep(ASK_TO_PAUSE_SECONDS)
+        reply = pause_flow_run(wait_for_input=BreakerAnswer, timeout=60, poll_interval=1)
+        return str(reply.decision)
+
+    return asks()
+
+
+def test_an_answer_given_before_the_run_pauses_waits_for_the_pause(
+    prefect_harness: None, ledger: Ledger, ledger_url: str
+) -> None:
+    from flows.resume import resume_run
+
+    thread, outcome = in_background(lambda: asks_then_pauses_late(ledger_url))
+    question: Any = wait_for("the question", lambda: ledger.approvals.waiting(MONTH))
+    assert flow_run_state(question.flow_run_id) == "RUNNING"  # asked, not paused yet
+
+    resume_run(question, {"decision": "continue", "note": ""})
+    thread.join(60)
+    assert outcome.get("result") == "continue", outcome.get("error")
+    assert flow_run_state(question.flow_run_id) == "COMPLETED"
+
