@@ -1,30 +1,36 @@
 """The month in the Prefect UI, as artifacts computed from the ledger alone (R27, R28).
 
-Keys are stable per month, so every run of a month adds a version to the same three artifacts:
-`postledger-YYYY-MM-progress` (share of posts completed), `postledger-YYYY-MM-failures` (failed
-posts by kind, with a reason and how to continue) and, at the end, `postledger-YYYY-MM-summary`.
+Keys are stable per month, so the runs of a month add versions to the same three artifacts:
+`postledger-YYYY-MM-progress` (share of posts completed, one version per run),
+`postledger-YYYY-MM-failures` (failed posts by kind, with a reason and how to continue: a new
+version only when that changed, in this run or since the month's last run) and, at the end,
+`postledger-YYYY-MM-summary` (one version per run).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from prefect import get_run_logger
+from prefect import get_client, get_run_logger
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
 from flows.approval import next_batch_cost
+from postledger.failures.policy import FINAL, next_step
 from postledger.ledger import Ledger
 from postledger.progress.report import completed_share, summary_markdown
 from postledger.progress.status import progress_of, status_of, what_is_asked
 from postledger.progress.words import spend_words
-from postledger.record.models import Question
+from postledger.record.models import FailureKind, Question
 from postledger.settings import Settings
 
 # The UI need not follow every batch: at most one update per this many seconds.
@@ -36,15 +42,54 @@ def artifact_key(month: str, what: str) -> str:
 
 
 def failures_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per kind. The UI shows a cell as one line of plain text, cut at the column's
+    width (the rest only on hover): how to continue is the command alone, or a few words; the
+    full advice is in the description, which the UI renders as markdown."""
     return [
         {
             "kind": f["kind"],
             "posts": f["count"],
             "a reason": f["sample_reason"],
-            "how to continue": f["how_to_continue"] or "nothing: it is final",
+            "how to continue": next_step(FailureKind(f["kind"]) if f["kind"] else None),
         }
         for f in report["failures"]
     ]
+
+
+def failures_description(report: dict[str, Any]) -> str:
+    month = report["month"]
+    if not report["failures"]:
+        return f"No failed posts of {month}."
+    advice = [
+        f"- **{f['kind'] or 'unknown'}**: {f['how_to_continue'] or FINAL}"
+        for f in report["failures"]
+    ]
+    failed = report["failed"]
+    posts = "post" if failed == 1 else "posts"
+    return "\n".join(
+        [f"{failed} failed {posts} of {month}, by kind. How to continue:", "", *advice]
+    )
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a version of a table artifact shows: its rows and its description."""
+
+    rows: Any
+    description: str | None
+
+
+def latest_shown(key: str) -> Shown | None:
+    """The latest version of the table artifact `key` on the Prefect server; None if none."""
+    with get_client(sync_client=True) as client:
+        latest = client.read_latest_artifacts(
+            artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=[key])),
+            limit=1,
+        )
+    if not latest or latest[0].type != "table":
+        return None
+    data = latest[0].data
+    return Shown(json.loads(data) if isinstance(data, str) else data, latest[0].description)
 
 
 def progress_words(ledger: Ledger, report: dict[str, Any], settings: Settings) -> str:
@@ -72,6 +117,10 @@ class MonthArtifacts:
         self._month = month
         self._settings = settings
         self._progress_id: UUID | None = None
+        # The failures table as its latest version shows it, read from the server once: an
+        # unchanged table is not published again, by this run or by the next.
+        self._failures_read = False
+        self._failures_shown: Shown | None = None
         self._last = 0.0
         self._started = time.monotonic()
 
@@ -104,11 +153,7 @@ class MonthArtifacts:
                 self._progress_id = made
             else:
                 update_progress_artifact(self._progress_id, share, description=detail)
-            create_table_artifact(
-                failures_rows(report),
-                key=artifact_key(self._month, "failures"),
-                description=f"{report['failed']} failed posts of {self._month}, by kind",
-            )
+            self._publish_failures(report)
             if summary:
                 create_markdown_artifact(
                     summary_markdown(report, wall_seconds=time.monotonic() - self._started),
@@ -117,3 +162,16 @@ class MonthArtifacts:
                 )
         except Exception as exc:
             get_run_logger().warning("could not update the artifacts of %s: %s", self._month, exc)
+
+    def _publish_failures(self, report: dict[str, Any]) -> None:
+        key = artifact_key(self._month, "failures")
+        rows = failures_rows(report)
+        # Compared as the server gives it back: JSON, so no tuple nor other type survives.
+        table = Shown(json.loads(json.dumps(rows)), failures_description(report))
+        if not self._failures_read:
+            self._failures_shown = latest_shown(key)
+            self._failures_read = True
+        if table == self._failures_shown:
+            return
+        create_table_artifact(rows, key=key, description=table.description)
+        self._failures_shown = table

@@ -7,6 +7,7 @@ run; what is decided here is a new *business* attempt, a wait, a split, or an en
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -80,7 +81,9 @@ class Decision:
 STOPPING = frozenset({FailureKind.AUTH, FailureKind.QUOTA, FailureKind.PERMISSION})
 
 CONTINUE_HINTS: dict[FailureKind, str | None] = {
-    FailureKind.TOO_LONG: "shorten the post or raise POSTLEDGER_MAX_BATCH_CHARS, then run again",
+    # A shortened post is new input and starts over by itself; a raised limit changes no post.
+    FailureKind.TOO_LONG: "shorten the post and run again, or raise POSTLEDGER_MAX_BATCH_CHARS "
+    "and `postledger retry --kind too_long`",
     FailureKind.AUTH: "fix the API key (POSTLEDGER_API_KEY), then `postledger retry --kind auth`",
     FailureKind.QUOTA: "add balance or raise the quota, then `postledger retry --kind quota`",
     FailureKind.PERMISSION: "grant the key access to the model, then "
@@ -99,6 +102,19 @@ CONTINUE_HINTS: dict[FailureKind, str | None] = {
     "`postledger retry --kind rejected`",
     FailureKind.RATE_LIMITED: "`postledger retry --kind rate_limited` once the limit is lifted",
 }
+FINAL = "nothing: it is final"
+_QUOTED_COMMAND = re.compile(r"`([^`]+)`")
+
+
+def next_step(kind: FailureKind | None) -> str:
+    """How to continue after failures of `kind`, short and plain: for a place that shows one
+    line of text and no markdown (a table in the Prefect UI). The command alone, where the
+    hint names one; what it takes first stays the hint's to say."""
+    hint = CONTINUE_HINTS.get(kind) if kind is not None else None
+    if hint is None:
+        return FINAL
+    quoted = _QUOTED_COMMAND.search(hint)
+    return quoted.group(1) if quoted else hint
 
 
 def attempt_cap(post: PostRecord, limits: Limits) -> int:
