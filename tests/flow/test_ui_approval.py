@@ -3,8 +3,12 @@
 Everything is real and out of process: `prefect server start` (UI on; on a fresh PostgreSQL
 database where one is reachable, else SQLite under its home), the simulator with every create
 failing, `postledger run` pointed at that server, and Debian's `chromium` driven by Playwright.
-The breaker opens, the run pauses; the simulator is repaired; the test opens the run's page,
-presses Resume, chooses continue, writes a note, submits; the run goes on to `Completed`.
+The breaker opens, the run pauses; the simulator is repaired; the test opens the run's page and
+presses Resume. Before anything is chosen, the dialog must show the month's spend so far and
+what a continue may cost (the probe batch's estimate, computed here from the ledger and the
+run's settings), the decision must have no preselected answer, and a submit without one must
+be refused (the run stays paused, nobody has answered). Then it chooses continue, writes a
+note, submits; the run goes on to `Completed`.
 Both UIs that Prefect 3.9 serves are driven: `v1` (Vue, `/runs/flow-run/<id>`, where the run's
 log links) and `v2` (React, `/v2/...`, the default for the dashboard).
 
@@ -20,20 +24,26 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from postledger.guards.spend import estimate, money
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
+from postledger.settings import Settings
 from tests.helpers import Sim, posts_file, spawn, start_sim, stop
 from tests.prefect_server import PrefectServer
 
 MONTH = "2026-10"
 POSTS = 8
 NOTE = "upstream repaired; answered in the Prefect UI"
+# What the form says (v1: under the field; v2: a toast of the server's refusal) when it is
+# submitted with no decision.
+REQUIRED = "'decision' is a required property"
 CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
@@ -119,9 +129,20 @@ def test_breaker_question_answered_in_the_prefect_ui(
         wait_for("Paused", lambda: flow_run_state(prefect_api, flow_run_id) == "PAUSED", 30, logs)
         assert creates(failing_sim) >= 2 and failing_sim.charges() == []
 
+        stake = at_stake(ledger, env)
+
+        def still_waiting() -> None:
+            """Nothing was answered: the run is paused, the ledger's question still open."""
+            assert flow_run_state(prefect_api, flow_run_id) == "PAUSED"
+            waiting = ledger.approvals.waiting(MONTH)
+            assert waiting is not None and waiting.id == question.id, waiting
+            assert waiting.answer is None
+
         # The upstream is repaired; a person answers in the UI.
         failing_sim.clear_faults()
-        answer_in_the_ui(playwright, ui, prefect_server.ui_url, flow_run_id, tmp_path)
+        answer_in_the_ui(
+            playwright, ui, prefect_server.ui_url, flow_run_id, tmp_path, stake, still_waiting
+        )
 
         wait_for(
             "Completed",
@@ -133,6 +154,8 @@ def test_breaker_question_answered_in_the_prefect_ui(
     finally:
         stop(run)
 
+    # What the dialog showed is the question's markdown, as the run recorded it.
+    assert all(line in question.question for line in stake.markdown()), question.question
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     (asked,) = ledger.approvals.approvals(MONTH)
     assert asked.flow_run_id == flow_run_id
@@ -157,18 +180,75 @@ def creates(sim: Sim) -> int:
     return int(sim.stats()["requests"].get("create", 0))
 
 
-def answer_in_the_ui(playwright: Any, ui: str, base_url: str, flow_run_id: str, tmp: Path) -> None:
-    """Open the paused run's page, press Resume, choose continue, write the note, submit. A
-    screenshot is left in `tmp` when a step fails."""
+@dataclass(frozen=True)
+class AtStake:
+    """The money a person must see before answering: the month's spend so far (micro-units
+    by state), and the estimate of the batch a continue sends first."""
+
+    spend: dict[str, int]
+    batch_id: str
+    cost: int
+
+    def _so_far(self) -> str:
+        confirmed, possible, wasted = (
+            money(self.spend[k]) for k in ("confirmed", "possible", "wasted")
+        )
+        return f"spend confirmed {confirmed}, possible {possible}, wasted {wasted}"
+
+    def markdown(self) -> list[str]:
+        """As the question's markdown says it."""
+        return [
+            f"**{MONTH} so far**: {self._so_far()}",
+            f"the first costs about {money(self.cost)} (`{self.batch_id}`)",
+        ]
+
+    def rendered(self) -> list[str]:
+        """As the dialog shows the markdown (the UIs render bold and code as such)."""
+        return [
+            f"{MONTH} so far: {self._so_far()}",
+            f"the first costs about {money(self.cost)} ({self.batch_id})",
+        ]
+
+
+def at_stake(ledger: Ledger, env: dict[str, str]) -> AtStake:
+    """What is at stake while the run is paused, from the ledger and the run's own settings
+    (its POSTLEDGER_* variables): its price table, model and prompt."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            if name.startswith("POSTLEDGER_"):
+                patch.setenv(name, value)
+        settings = Settings()
+    price = settings.price()
+    assert price is not None, f"no price for {settings.model}: nothing to show"
+    batch_id, *_ = ledger.next_to_start(MONTH, 1)  # the probe batch a continue sends
+    cost = estimate(price, settings.prompt, [p.text for p in ledger.posts_of(batch_id)])
+    assert cost > 0
+    return AtStake(ledger.spend_totals(MONTH), batch_id, cost)
+
+
+def answer_in_the_ui(
+    playwright: Any,
+    ui: str,
+    base_url: str,
+    flow_run_id: str,
+    tmp: Path,
+    stake: AtStake,
+    still_waiting: Callable[[], None],
+) -> None:
+    """Open the paused run's page, press Resume; see the money at stake, no answer chosen,
+    a submit without one refused (`still_waiting` checks nothing was answered); choose
+    continue, write the note, submit. A screenshot is left in `tmp` when a step fails."""
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
         try:
             if ui == "v1":
-                _answer_in_v1(playwright, page, f"{base_url}/runs/flow-run/{flow_run_id}")
+                url = f"{base_url}/runs/flow-run/{flow_run_id}"
+                _answer_in_v1(playwright, page, url, stake, still_waiting)
             else:
-                _answer_in_v2(playwright, page, f"{base_url}/v2/runs/flow-run/{flow_run_id}")
+                url = f"{base_url}/v2/runs/flow-run/{flow_run_id}"
+                _answer_in_v2(playwright, page, url, stake, still_waiting)
         except Exception:
             page.screenshot(path=str(tmp / f"ui-failure-{ui}.png"), full_page=True)
             raise
@@ -176,19 +256,29 @@ def answer_in_the_ui(playwright: Any, ui: str, base_url: str, flow_run_id: str, 
             browser.close()
 
 
-def _answer_in_v1(playwright: Any, page: Any, url: str) -> None:
+def _answer_in_v1(
+    playwright: Any, page: Any, url: str, stake: AtStake, still_waiting: Callable[[], None]
+) -> None:
     """The Vue UI (the page the run's own log links to): Resume in the header, a modal with the
     question's markdown and a form built from `BreakerAnswer`'s schema."""
     page.goto(url)
     page.get_by_role("button", name="Resume", exact=True).click()
     dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
     dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
+    for line in stake.rendered():
+        playwright.expect(dialog).to_contain_text(line)
 
-    decision = (
-        dialog.locator(".schema-form-property")
-        .filter(has_text="Decision")
-        .locator("button.p-select-button__control")
-    )
+    field = dialog.locator(".schema-form-property").filter(has_text="Decision")
+    decision = field.locator("button.p-select-button__control")
+    # Nothing chosen: the select shows its empty message, no value.
+    playwright.expect(decision.locator(".p-select__empty-message")).to_have_count(1)
+    playwright.expect(decision).to_have_text("")
+    # Submitted so, the form refuses it itself (nothing is sent): the message under the field.
+    dialog.get_by_role("button", name="Submit", exact=True).click()
+    playwright.expect(field.get_by_text(REQUIRED)).to_be_visible()
+    playwright.expect(dialog).to_be_visible()
+    still_waiting()
+
     # This select opens from the keyboard: a click opens its options outside the modal, and
     # the modal's focus trap takes the focus back, which closes them at once.
     decision.focus()
@@ -205,7 +295,9 @@ def _answer_in_v1(playwright: Any, page: Any, url: str) -> None:
     playwright.expect(page.get_by_text("Flow run resumed").first).to_be_visible()
 
 
-def _answer_in_v2(playwright: Any, page: Any, url: str) -> None:
+def _answer_in_v2(
+    playwright: Any, page: Any, url: str, stake: AtStake, still_waiting: Callable[[], None]
+) -> None:
     """The React UI (Prefect's default for the dashboard): Resume in the run's menu, a dialog
     with labelled fields."""
     page.goto(url)
@@ -213,8 +305,18 @@ def _answer_in_v2(playwright: Any, page: Any, url: str) -> None:
     page.get_by_role("menuitem", name="Resume").click()
     dialog = page.get_by_role("dialog", name="Resume Flow Run")
     dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
+    for line in stake.rendered():
+        playwright.expect(dialog).to_contain_text(line)
 
     decision = dialog.get_by_role("button", name="Select Decision")
+    playwright.expect(decision).to_have_text("Select")  # the placeholder: nothing chosen
+    # Submitted so, the form sends it; the server checks the input against the form's schema,
+    # refuses it, and the UI shows why in a toast; the dialog stays open.
+    dialog.get_by_role("button", name="Resume", exact=True).click()
+    playwright.expect(page.get_by_text(REQUIRED).first).to_be_visible()
+    playwright.expect(dialog).to_be_visible()
+    still_waiting()
+
     decision.click()
     options = page.get_by_role("option")
     options.first.wait_for()
