@@ -174,10 +174,33 @@ def report(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the files to.")] = Path(
         "reports"
     ),
+    with_text: Annotated[
+        bool,
+        typer.Option(
+            "--text", help="Put each post's text in the rows too (left out by default: long)."
+        ),
+    ] = False,
+    parquet: Annotated[
+        bool,
+        typer.Option(
+            "--parquet",
+            help="Also write posts-MONTH.parquet, the same rows for a dataframe. Needs pyarrow: "
+            "`uv sync --extra parquet` (or `pip install 'postledger[parquet]'`).",
+        ),
+    ] = False,
 ) -> None:
-    """Write MONTH's results: posts-MONTH.jsonl and .csv (one row per post: id, status,
-    result fields, failure kind and reason, attempts, cost share) and summary-MONTH.md. Reads
-    the ledger only (never calls the AI)."""
+    """Write MONTH's results for the people who use them, read from the ledger only (the AI is
+    never called).
+
+    posts-MONTH.csv and posts-MONTH.jsonl hold one row per post: its id, the other fields of
+    its input line (author, source, …; a name the report uses itself gets the prefix input_),
+    its status, category, sentiment and summary, why it failed, its paid attempts, and what it
+    cost: cost_currency_units is its share of the month's confirmed spend (each batch's cost
+    shared over its posts by characters, so the column adds up to the confirmed spend
+    exactly), wasted_currency_units its share of spend paid for unusable output. Amounts are in
+    the currency of the price table. summary-MONTH.md: the month in a page, with the completed
+    posts counted by category and by sentiment."""
+    from postledger.progress.parquet import MissingPyarrow
     from postledger.progress.report import write_report
     from postledger.progress.status import open_read_only, status_of
 
@@ -187,8 +210,14 @@ def report(
     if ledger is None or summary is None:
         err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
         raise typer.Exit(1)
-    written = write_report(ledger, month, summary, out_dir)
-    ledger.close()
+    try:
+        written = write_report(ledger, month, summary, out_dir, text=with_text, parquet=parquet)
+    except MissingPyarrow as missing:
+        # One line, whatever the terminal's width; "[parquet]" is text, not markup.
+        err.print(f"[red]error:[/] {escape(str(missing))}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    finally:
+        ledger.close()
     for path in written:
         out.print(f"wrote {path}")
 

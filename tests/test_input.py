@@ -59,7 +59,8 @@ def test_not_utf8(tmp_path: Path) -> None:
 
 def test_good_file_keeps_order_ids_and_lines(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "m.jsonl", [GOOD, "", '{"id": 7, "text": "seven", "x": 1}'])
-    assert load_posts(path) == [Post("a", "hello", 1), Post("7", "seven", 3)]
+    # A line's other fields are kept beside it, for the report.
+    assert load_posts(path) == [Post("a", "hello", 1), Post("7", "seven", 3, '{"x":1}')]
 
 
 @pytest.mark.parametrize("month", ["2026-13", "2026-1", "26-10", "october", "2026-10-01", ""])

@@ -2,10 +2,11 @@
 (R25), in the month's write transaction.
 
 A month is tens to hundreds of thousands of posts, and most runs find them all unchanged, so
-this is done in bulk: the known posts are read as plain rows (four columns, no ORM objects),
+this is done in bulk: the known posts are read as plain rows (five columns, no ORM objects),
 new posts are inserted in chunks of one statement each, and only the rare changed post is
 loaded as a record to be moved through the state machine. A sync of an unchanged month writes
-nothing at all.
+nothing at all. A post whose own fields alone changed (its author, its source) keeps its work:
+only the fields are written, as the report shows them, never the fingerprint.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, update
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from postledger.batches.posts import (
@@ -48,21 +50,21 @@ def sync_posts(
     """New posts `pending`, unchanged ones as they were, changed ones (text, model or prompt)
     back to `pending`, with nothing of their old work (R25, R50)."""
     table = PostRecord.__table__  # type: ignore[attr-defined]
-    known: dict[str, tuple[int, str, bool]] = {
-        post_id: (position, known_print, no_inputs)
-        for post_id, position, known_print, no_inputs in session.exec(
-            select(
-                PostRecord.post_id,
-                PostRecord.position,
-                PostRecord.fingerprint,
-                col(PostRecord.inputs).is_(None).label("no_inputs"),
-            ).where(PostRecord.month == month)
+    c = table.c  # five columns: more than sqlmodel's `select` takes
+    known: dict[str, tuple[int, str, bool, str]] = {
+        post_id: (position, known_print, no_inputs, fields or "")
+        for post_id, position, known_print, no_inputs, fields in session.connection().execute(
+            sa_select(c.post_id, c.position, c.fingerprint, c.inputs.is_(None), c.fields).where(
+                c.month == month
+            )
         )
     }
     new: list[dict[str, Any]] = []  # inserted a chunk at a time: memory bounded by a chunk
     inserted = 0
     moved: list[dict[str, Any]] = []  # unchanged posts whose line in the file moved
     upgraded: list[dict[str, Any]] = []  # same work under the old digest: the new one kept
+    # Unchanged work whose own fields changed, or were never kept (synced before 0005).
+    refreshed: list[dict[str, Any]] = []
     changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
     unchanged = 0
     now = utcnow()
@@ -75,7 +77,7 @@ def sync_posts(
             if len(new) == CHUNK:
                 inserted += _insert(session, moves, new)
             continue
-        known_position, known_print, no_inputs = row
+        known_position, known_print, no_inputs, known_fields = row
         if no_inputs and known_print == legacy_fingerprint(post.text, model, prompt):
             upgraded.append({"pid": post.id, "fingerprint": print_, "inputs": parts})
         elif known_print != print_:
@@ -84,11 +86,15 @@ def sync_posts(
         unchanged += 1
         if known_position != position:
             moved.append({"pid": post.id, "position": position})
+        if known_fields != post.fields:
+            refreshed.append({"pid": post.id, "fields": post.fields or None})
     inserted += _insert(session, moves, new)
     where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
     for chunk in chunks(moved):
         session.connection().execute(update(table).where(where), chunk)
     for chunk in chunks(upgraded):
+        session.connection().execute(update(table).where(where), chunk)
+    for chunk in chunks(refreshed):
         session.connection().execute(update(table).where(where), chunk)
     _start_over(session, moves, month, changed)
     return SyncReport(new=inserted, unchanged=unchanged, changed=len(changed))
@@ -111,6 +117,7 @@ def _new_row(
         "post_id": post.id,
         "position": position,
         "text": post.text,
+        "fields": post.fields or None,
         "fingerprint": print_,
         "inputs": parts,
         "status": PostStatus.PENDING,
@@ -145,6 +152,7 @@ def _start_over(
             why = f"input changed ({changed_parts(record.inputs, parts)}): starts over"
             record.position = position
             record.text, record.fingerprint, record.inputs = post.text, print_, parts
+            record.fields = post.fields or None
             record.result, record.batch_id = None, None
             # New work: its own limits (R38, R40), whatever the old input cost.
             record.attempts, record.requeues, record.extra_attempts = 0, 0, 0

@@ -1,60 +1,115 @@
-"""A month's results for the people who use the analysis: one row per post (JSONL and CSV) and
-a markdown summary — from the ledger alone, never calling the AI (R30)."""
+"""A month's results for the people who use the analysis: one row per post (JSONL, CSV and, with
+pyarrow, Parquet), the input's own fields beside the result and the post's share of the spend,
+and a markdown summary — from the ledger alone, never calling the AI (R30)."""
 
 from __future__ import annotations
 
 import csv
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from postledger.guards.spend import money
-from postledger.record.models import SpendState
+from postledger.progress.shares import month_shares
+from postledger.record.models import PostStatus
 from postledger.record.reads import LedgerReads
 
 RESULT_FIELDS = ("category", "sentiment", "summary")
-COLUMNS = (
-    "id",
-    "status",
-    *RESULT_FIELDS,
-    "failure_kind",
-    "failure_reason",
-    "attempts",
-    "cost_share",
-)
+OUTCOME = ("status", *RESULT_FIELDS, "failure_kind", "failure_reason", "attempts")
+# Money is shown in the currency the price table (POSTLEDGER_PRICES) is in: the ledger knows
+# amounts, not which currency they are, so the header says "currency units", not "usd".
+UNIT = "currency_units"
+COST, WASTED = f"cost_{UNIT}", f"wasted_{UNIT}"
+# JSONL and Parquet also give the amounts as integer micro-units, exact for any tool.
+MICRO = {COST: "cost_micro_units", WASTED: "wasted_micro_units"}
+TAKEN = {"id", "text", *OUTCOME, COST, WASTED, *MICRO.values()}
+INPUT_PREFIX = "input_"
 
 
-def post_rows(ledger: LedgerReads, month: str) -> list[dict[str, Any]]:
-    """One row per post. `cost_share`: the post's share (by its characters) of the settled
-    cost of the batches it was in, in micro-units."""
-    shares: Counter[str] = Counter()
-    paid: Counter[str] = Counter()  # per batch, every settled charge of it
-    for row in ledger.spend(month):
-        if row.state in (SpendState.CONFIRMED, SpendState.WASTED):
-            paid[row.batch_id] += row.cost if row.cost is not None else (row.estimated_cost or 0)
-    for batch in ledger.batches(month):
-        cost = paid[batch.batch_id]
-        if not cost or not batch.request:
-            continue
-        chars = sum(len(text) for _, text in batch.request) or 1
-        for post_id, text in batch.request:
-            shares[post_id] += cost * len(text) // chars
+@dataclass(frozen=True)
+class MonthTable:
+    """One row per post, in file order. `columns` in the order written; `inputs` maps the
+    columns that hold the input's own fields to the field's name in the input. Money columns
+    hold integer micro-units; each writer shows them in its own way."""
+
+    columns: list[str]
+    inputs: dict[str, str]
+    rows: list[dict[str, Any]]
+
+    def total(self, column: str) -> int:
+        return sum(row[column] for row in self.rows)
+
+
+def post_rows(ledger: LedgerReads, month: str, *, text: bool = False) -> MonthTable:
+    """The month's posts as rows: the id, the input's own fields (every field any post has,
+    in the order first met), the text if asked for, the outcome, and the post's share of the
+    confirmed and of the wasted spend (`postledger.progress.shares`): each column adds up to
+    the month's spend of its kind exactly."""
+    shares = month_shares(ledger.spend(month), ledger.batches(month))
+    posts = ledger.posts(month)
+    given = [json.loads(post.fields) if post.fields else {} for post in posts]
+    inputs = input_columns(given)
+    by_field = {name: column for column, name in inputs.items()}
+    columns = ["id", *inputs, *(["text"] if text else []), *OUTCOME, COST, WASTED]
     rows = []
-    for post in ledger.posts(month):
+    for post, fields in zip(posts, given, strict=True):
         result = post.result or {}
-        rows.append(
-            {
-                "id": post.post_id,
-                "status": post.status.value,
-                **{name: result.get(name) for name in RESULT_FIELDS},
-                "failure_kind": post.failure_kind.value if post.failure_kind else None,
-                "failure_reason": post.failure_reason,
-                "attempts": post.attempts,
-                "cost_share": shares[post.post_id],
-            }
-        )
-    return rows
+        row: dict[str, Any] = {"id": post.post_id, **dict.fromkeys(inputs)}
+        row |= {by_field[name]: value for name, value in fields.items()}
+        if text:
+            row["text"] = post.text
+        row |= {
+            "status": post.status.value,
+            **{name: result.get(name) for name in RESULT_FIELDS},
+            "failure_kind": post.failure_kind.value if post.failure_kind else None,
+            "failure_reason": post.failure_reason,
+            "attempts": post.attempts,
+            COST: shares.confirmed[post.post_id],
+            WASTED: shares.wasted[post.post_id],
+        }
+        rows.append(row)
+    return MonthTable(columns=columns, inputs=inputs, rows=rows)
+
+
+def input_columns(given: list[dict[str, Any]]) -> dict[str, str]:
+    """Column name → input field name, for every field name in the order first met. A name
+    the report uses itself ("status", "summary", …) gets the prefix `input_` (again, until it
+    is free), so that neither hides the other."""
+    columns: dict[str, str] = {}
+    met: set[str] = set()
+    for fields in given:
+        for name in fields:
+            if name in met:
+                continue
+            met.add(name)
+            column = name
+            while column in TAKEN or column in columns:
+                column = INPUT_PREFIX + column
+            columns[column] = name
+    return columns
+
+
+def csv_cell(column: str, value: Any) -> str:
+    """A value as the CSV shows it: money in currency units, exactly; text as it is; other
+    values (numbers, true/false, lists, objects) as JSON; nothing as an empty cell."""
+    if column in MICRO:
+        return money(value)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def json_row(table: MonthTable, row: dict[str, Any]) -> dict[str, Any]:
+    """A row as JSONL gives it: values as they are, money in currency units (an exact decimal
+    string) and in integer micro-units."""
+    shown = {column: row[column] for column in table.columns}
+    shown |= {column: money(row[column]) for column in MICRO}
+    shown |= {micro: row[column] for column, micro in MICRO.items()}
+    return shown
 
 
 def summary_markdown(report: dict[str, Any], wall_seconds: float | None = None) -> str:
@@ -105,24 +160,70 @@ def summary_markdown(report: dict[str, Any], wall_seconds: float | None = None) 
     return "\n".join(lines) + "\n"
 
 
-def write_report(ledger: LedgerReads, month: str, report: dict[str, Any], out: Path) -> list[Path]:
-    """`posts-YYYY-MM.jsonl`, `posts-YYYY-MM.csv` and `summary-YYYY-MM.md` in `out`."""
+def results_markdown(table: MonthTable, csv_name: str) -> str:
+    """What the completed posts say (counts by category and by sentiment), and what the cost
+    columns of the rows hold."""
+    completed = [row for row in table.rows if row["status"] == PostStatus.COMPLETED.value]
+    lines: list[str] = []
+    for name in ("category", "sentiment"):
+        found = Counter(row[name] if row[name] is not None else "(none)" for row in completed)
+        lines += ["", f"| {name} | completed posts |", "| --- | --- |"]
+        lines += [f"| {value} | {n} |" for value, n in sorted(found.items(), key=_most_first)]
+        if not found:
+            lines.append("| (no completed post yet) | 0 |")
+    lines += [
+        "",
+        f"Cost per post, in `{csv_name}`: `{COST}` is each post's share of the confirmed "
+        "spend of the batches that sent it, shared by characters; the column adds up to the "
+        f"month's confirmed spend exactly ({money(table.total(COST))}). `{WASTED}` shares the "
+        f"wasted spend (paid, output unusable) the same way ({money(table.total(WASTED))}). "
+        "Spend still possible (sent, outcome unknown) is in neither column. Amounts are in "
+        "units of the currency of the price table (POSTLEDGER_PRICES).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _most_first(item: tuple[Any, int]) -> tuple[int, str]:
+    return -item[1], str(item[0])
+
+
+def write_report(
+    ledger: LedgerReads,
+    month: str,
+    report: dict[str, Any],
+    out: Path,
+    *,
+    text: bool = False,
+    parquet: bool = False,
+) -> list[Path]:
+    """`posts-YYYY-MM.jsonl`, `posts-YYYY-MM.csv`, `summary-YYYY-MM.md` in `out`, and with
+    `parquet`, `posts-YYYY-MM.parquet`. `text`: the posts' text in the rows too. Without
+    pyarrow, `parquet` raises `parquet.MissingPyarrow` before anything is written."""
+    # Imported here: it imports this module (and pyarrow only when asked to write).
+    from postledger.progress.parquet import writer as parquet_writer
+
+    writer = parquet_writer() if parquet else None
     out.mkdir(parents=True, exist_ok=True)
-    rows = post_rows(ledger, month)
-    jsonl, table, summary = (
+    table = post_rows(ledger, month, text=text)
+    jsonl, csv_path, summary = (
         out / f"posts-{month}.jsonl",
         out / f"posts-{month}.csv",
         out / f"summary-{month}.md",
     )
-    jsonl.write_text(
-        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"
+    with jsonl.open("w", encoding="utf-8") as file:
+        for row in table.rows:
+            file.write(json.dumps(json_row(table, row), ensure_ascii=False) + "\n")
+    with csv_path.open("w", newline="", encoding="utf-8") as file:
+        cells = csv.writer(file)
+        cells.writerow(table.columns)
+        cells.writerows([csv_cell(c, row[c]) for c in table.columns] for row in table.rows)
+    summary.write_text(
+        summary_markdown(report) + results_markdown(table, csv_path.name), encoding="utf-8"
     )
-    with table.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    summary.write_text(summary_markdown(report), encoding="utf-8")
-    return [jsonl, table, summary]
+    written = [jsonl, csv_path, summary]
+    if writer is not None:
+        written.append(writer(table, out / f"posts-{month}.parquet"))
+    return written
 
 
 def completed_share(report: dict[str, Any]) -> float:

@@ -146,6 +146,10 @@ class PostRecord(SQLModel, table=True):
     # Position in the input file: planning follows it so that batches are deterministic.
     position: int
     text: str = Field(sa_column=Column(Text, nullable=False))
+    # The input line's own keys besides id and text (author, source, …), as the canonical JSON
+    # of `batches.posts.input_fields`, for the report; None when it has none (or before
+    # migration 0005). Not part of the fingerprint: a changed author reuses the result.
+    fields: str | None = Field(default=None, sa_column=Column(Text))
     fingerprint: str = Field(max_length=64)
     # The parts of the fingerprint (`batches.posts.input_parts`): to say what changed (R25).
     inputs: dict[str, str] | None = Field(default=None, sa_column=Column(JSON))

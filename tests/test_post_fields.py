@@ -1,0 +1,167 @@
+"""A post's own input fields (author, source, …) in the ledger: read from the file, kept at the
+sync, written again only when they changed, and never a reason to redo the work — they are not
+part of the fingerprint. A sync of an unchanged month still writes nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+
+from postledger.batches.output import check_output
+from postledger.batches.posts import Post, load_posts
+from postledger.failures.policy import Limits, after_output
+from postledger.ledger import Ledger
+from postledger.record.models import PostStatus
+from simulator.model import write_output
+from tests.helpers import write_jsonl
+
+MONTH = "2026-10"
+WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+@contextmanager
+def writes(ledger: Ledger) -> Iterator[list[tuple[str, Any]]]:
+    """The writing statements the ledger sends while the block runs, with their parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
+        if WRITES.match(sql):
+            seen.append((sql, parameters))
+
+    event.listen(ledger.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", record)
+
+
+def fields(**values: object) -> str:
+    return json.dumps(values, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def month(**changed: str) -> list[Post]:
+    """Four posts, their own fields as given in `changed` (by id) or by default."""
+    return [
+        Post(f"p{i}", f"post {i}: the app logs me out", i + 1, changed.get(f"p{i}", default))
+        for i, default in enumerate(
+            [fields(author="ana", lang="en"), fields(author="bo"), "", fields(source="forum")]
+        )
+    ]
+
+
+def complete_first_batch(ledger: Ledger) -> list[str]:
+    """One batch sent and its output applied: its posts `completed`. Returns their ids."""
+    ledger.plan(MONTH, max_posts=2, max_chars=10_000)
+    (batch_id,) = ledger.next_to_start(MONTH, 1, set())
+    _, sent = ledger.mark_running(batch_id)
+    ledger.record_task_id(batch_id, "task_1")
+    raw = write_output([(p.post_id, p.text) for p in sent])
+    ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 20})
+    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
+    ledger.apply(batch_id, decision, check)
+    return [p.post_id for p in sent]
+
+
+def stored(ledger: Ledger) -> dict[str, str | None]:
+    return {p.post_id: p.fields for p in ledger.posts(MONTH)}
+
+
+def test_the_file_gives_each_post_its_own_fields(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / f"{MONTH}.jsonl",
+        [
+            '{"id": "a", "text": "hi", "source": "forum", "author": "Zoë", "tags": ["x"]}',
+            '{"id": "b", "text": "hello"}',
+            '{"lang": "fr", "text": "salut", "id": 7}',
+        ],
+    )
+    posts = load_posts(path)
+    assert [p.fields for p in posts] == [
+        '{"author":"Zoë","source":"forum","tags":["x"]}',
+        "",
+        '{"lang":"fr"}',
+    ]
+
+
+def test_changed_fields_alone_are_written_and_the_work_is_kept(any_ledger_url: str) -> None:
+    ledger = Ledger(any_ledger_url)
+    ledger.sync_posts(MONTH, month(), model="m", prompt="p")
+    assert stored(ledger) == {
+        "p0": fields(author="ana", lang="en"),
+        "p1": fields(author="bo"),
+        "p2": None,  # no field of its own
+        "p3": fields(source="forum"),
+    }
+    done = complete_first_batch(ledger)
+    assert done == ["p0", "p1"]
+    before = {p.post_id: p for p in ledger.posts(MONTH)}
+    events = len(ledger.events(MONTH))
+
+    # An author renamed, a field added, one removed: the fields only are written, in one
+    # statement; nothing else moves.
+    edited = month(p0=fields(author="ana b.", lang="en"), p2=fields(lang="de"), p3="")
+    with writes(ledger) as seen:
+        again = ledger.sync_posts(MONTH, edited, model="m", prompt="p")
+    assert (again.new, again.unchanged, again.changed) == (0, 4, 0)
+    assert len(seen) == 1 and seen[0][0].lstrip().upper().startswith("UPDATE POSTS")
+    assert len(seen[0][1]) == 3  # rows of one executemany: p0, p2, p3 (checked below)
+    assert stored(ledger) == {
+        "p0": fields(author="ana b.", lang="en"),
+        "p1": fields(author="bo"),
+        "p2": fields(lang="de"),
+        "p3": None,
+    }
+    after = {p.post_id: p for p in ledger.posts(MONTH)}
+    for post_id, post in after.items():  # the work, the history: as they were
+        old = before[post_id]
+        assert (post.status, post.result, post.attempts, post.batch_id, post.fingerprint) == (
+            old.status,
+            old.result,
+            old.attempts,
+            old.batch_id,
+            old.fingerprint,
+        )
+    assert after["p0"].status is PostStatus.COMPLETED and after["p0"].result
+    assert len(ledger.events(MONTH)) == events  # no status changed
+
+    # The same file again: nothing at all is written.
+    with writes(ledger) as seen:
+        same = ledger.sync_posts(MONTH, edited, model="m", prompt="p")
+    assert (same.new, same.unchanged, same.changed) == (0, 4, 0)
+    assert seen == []
+
+    # A changed text starts over, with the fields the file gives now.
+    retold = [*edited[:1], Post("p1", "a new text", 2, fields(author="bo", lang="en")), *edited[2:]]
+    assert ledger.sync_posts(MONTH, retold, model="m", prompt="p").changed == 1
+    p1 = next(p for p in ledger.posts(MONTH) if p.post_id == "p1")
+    assert p1.status is PostStatus.PENDING and p1.result is None
+    assert p1.fields == fields(author="bo", lang="en")
+    ledger.close()
+
+
+def test_posts_synced_before_their_fields_were_kept_learn_them(any_ledger_url: str) -> None:
+    """A ledger from before the fields were kept (the column empty): the next sync writes the
+    fields of the posts that have some, and only theirs; the work stays."""
+    ledger = Ledger(any_ledger_url)
+    ledger.sync_posts(MONTH, month(), model="m", prompt="p")
+    complete_first_batch(ledger)
+    with ledger.engine.begin() as connection:
+        connection.execute(text("UPDATE posts SET fields = NULL"))
+    events = len(ledger.events(MONTH))
+
+    with writes(ledger) as seen:
+        again = ledger.sync_posts(MONTH, month(), model="m", prompt="p")
+    assert (again.new, again.unchanged, again.changed) == (0, 4, 0)
+    assert len(seen) == 1
+    assert len(seen[0][1]) == 3  # rows of one executemany: p0, p1, p3 (p2 has no field)
+    assert stored(ledger) == {p.id: p.fields or None for p in month()}
+    assert [p.status for p in ledger.posts(MONTH)][:2] == [PostStatus.COMPLETED] * 2
+    assert len(ledger.events(MONTH)) == events
+    ledger.close()
