@@ -615,3 +615,35 @@ def sim_serve(
         faults=plan,
         honour_keys=not ignore_idempotency_keys,
     )
+
+
+def main() -> None:
+    """The `postledger` command. A ledger that cannot be used as it is (an older schema, a
+    database that does not answer, a write that failed) is said in one line with what to do,
+    never as a traceback; anything else unexpected keeps its traceback."""
+    try:
+        app(prog_name="postledger")
+    except Exception as exc:
+        problem = _ledger_problem(exc)
+        if problem is None:
+            raise
+        err.print(f"error: {problem}", soft_wrap=True, markup=False, highlight=False)
+        raise SystemExit(1) from None
+
+
+def _ledger_problem(exc: Exception) -> str | None:
+    # Imported here: only a failing command pays for them.
+    from sqlalchemy.exc import OperationalError
+
+    from postledger.record.db import LedgerUnavailable
+    from postledger.record.migrate import SchemaMismatch
+
+    if isinstance(exc, SchemaMismatch | LedgerUnavailable):
+        return str(exc)
+    if isinstance(exc, OperationalError):
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "no answer"
+        return (
+            f"the ledger's database cannot be used ({reason}): check POSTLEDGER_DATABASE_URL "
+            "(or the ledger block) and that the database is running"
+        )
+    return None

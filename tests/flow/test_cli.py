@@ -194,6 +194,37 @@ def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> Non
     ledger.close()
 
 
+
+@pytest.mark.parametrize("command", [("status", "--month", "2026-10"), ("breaker",)])
+def test_a_ledger_of_an_older_schema_is_one_line_with_what_to_do(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    from postledger.record.db import make_engine
+    from postledger.record.migrate import upgrade
+
+    (tmp_path / ".postledger").mkdir()
+    engine = make_engine(f"sqlite:///{tmp_path / '.postledger' / 'ledger.db'}")
+    upgrade(engine, "0004")
+    engine.dispose()
+    said = postledger(*command, cwd=tmp_path)
+    assert said.returncode == 1 and said.stdout == "", said.stdout
+    assert "Traceback" not in said.stderr and len(said.stderr.strip().splitlines()) == 1
+    assert "revision 0004" in said.stderr and "run `postledger setup`" in said.stderr
+
+
+def test_a_ledger_database_that_does_not_answer_is_one_line_with_what_to_do(
+    tmp_path: Path,
+) -> None:
+    env = helpers.child_env(
+        PREFECT_HOME=str(tmp_path / ".prefect-home"),
+        # Nothing listens on port 9 (discard) here: the connection is refused at once.
+        POSTLEDGER_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:9/nowhere",
+    )
+    said = helpers.postledger("status", "--month", "2026-10", cwd=tmp_path, env=env)
+    assert said.returncode == 1 and "Traceback" not in said.stderr, said.stderr
+    assert "check POSTLEDGER_DATABASE_URL" in said.stderr
+    assert len(said.stderr.strip().splitlines()) == 1, said.stderr
+
 # --- approve answers the question that waits, and only that one ------------------------------
 
 MONTH = "2026-10"
