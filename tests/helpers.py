@@ -1026,3 +1026,36 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+# --- one batch through the ledger alone --------------------------------------------------------
+
+
+def settle_next_batch(ledger: Any, month: str = MONTH, usage: dict[str, int] | None = None) -> Any:
+    """The month's next planned batch through the ledger as the batch task run moves it (intent,
+    task id, saved output, validated and applied), with the simulator's model writing a valid
+    output and no upstream called: its posts end `completed`. Returns the posts it sent."""
+    from postledger.batches.output import check_output
+    from postledger.failures.policy import Limits, after_output
+    from simulator.model import write_output
+
+    (batch_id,) = ledger.next_to_start(month, 1, set())
+    _, sent = ledger.mark_running(batch_id)
+    ledger.record_task_id(batch_id, "task_1")
+    raw = write_output([(p.post_id, p.text) for p in sent])
+    ledger.save_output(batch_id, raw, usage or {"input_tokens": 1, "output_tokens": 2})
+    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
+    ledger.apply(batch_id, decision, check)
+    return sent
+
+
+# --- a browser for the Prefect UI -------------------------------------------------------------
+
+# Debian's Chromium (`.ci/run` installs it), driven by Playwright: no browser download.
+CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
+)

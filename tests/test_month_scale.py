@@ -10,12 +10,9 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-from postledger.batches.output import check_output
 from postledger.batches.posts import Post
-from postledger.failures.policy import Limits, after_output
 from postledger.ledger import Ledger
-from simulator.model import write_output
-from tests.helpers import sqlite_ledger_only
+from tests.helpers import settle_next_batch, sqlite_ledger_only
 
 MONTH = "2026-10"
 
@@ -74,14 +71,7 @@ def test_a_batch_cycle_finds_its_rows_through_indexes(tmp_path: Any) -> None:
         connection.execute(text("ANALYZE"))  # as a long-used ledger would have statistics
 
     with statements(ledger) as seen:
-        (batch_id,) = ledger.next_to_start(MONTH, 1, set())
-        _, sent = ledger.mark_running(batch_id)
-        ledger.record_task_id(batch_id, "task_1")
-        raw = write_output([(p.post_id, p.text) for p in sent])
-        ledger.save_output(batch_id, raw, {"input_tokens": 1, "output_tokens": 2})
-        check = check_output(raw, ledger.batch(batch_id).post_ids)
-        decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
-        ledger.apply(batch_id, decision, check)
+        settle_next_batch(ledger, MONTH)
 
     scans = []
     with ledger.engine.connect() as connection:

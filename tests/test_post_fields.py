@@ -13,13 +13,10 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-from postledger.batches.output import check_output
 from postledger.batches.posts import Post, load_posts
-from postledger.failures.policy import Limits, after_output
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
-from simulator.model import write_output
-from tests.helpers import write_jsonl
+from tests.helpers import settle_next_batch, write_jsonl
 
 MONTH = "2026-10"
 WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -56,16 +53,9 @@ def month(**changed: str) -> list[Post]:
 
 
 def complete_first_batch(ledger: Ledger) -> list[str]:
-    """One batch sent and its output applied: its posts `completed`. Returns their ids."""
+    """One batch of two posts sent and its output applied: its posts `completed`."""
     ledger.plan(MONTH, max_posts=2, max_chars=10_000)
-    (batch_id,) = ledger.next_to_start(MONTH, 1, set())
-    _, sent = ledger.mark_running(batch_id)
-    ledger.record_task_id(batch_id, "task_1")
-    raw = write_output([(p.post_id, p.text) for p in sent])
-    ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 20})
-    check = check_output(raw, ledger.batch(batch_id).post_ids)
-    decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
-    ledger.apply(batch_id, decision, check)
+    sent = settle_next_batch(ledger, MONTH, {"input_tokens": 10, "output_tokens": 20})
     return [p.post_id for p in sent]
 
 

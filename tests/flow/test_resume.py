@@ -11,7 +11,7 @@ from postledger.ledger import Ledger
 from postledger.record.models import Question
 from tests.helpers import MONTH, flow_run_state, in_background, wait_for
 
-ASK_TO_PAUSE_SECONDS = 2.0  # far longer than the real gap: the answer surely comes first
+ASK_TO_PAUSE_SECONDS = 5.0  # far longer than the real gap: the answer surely comes first
 
 
 def asks_then_pauses_late(ledger_url: str) -> str:

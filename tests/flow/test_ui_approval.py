@@ -17,8 +17,6 @@ Skipped where no Chromium is installed (`.ci/run` installs Debian's).
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -35,7 +33,16 @@ from postledger.guards.spend import estimate, money
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
 from postledger.settings import Settings
-from tests.helpers import Sim, posts_file, spawn, start_sim, stop
+from tests.helpers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Sim,
+    needs_chromium,
+    posts_file,
+    spawn,
+    start_sim,
+    stop,
+)
 from tests.prefect_server import PrefectServer
 
 MONTH = "2026-10"
@@ -44,14 +51,9 @@ NOTE = "upstream repaired; answered in the Prefect UI"
 # What the form says (v1: under the field; v2: a toast of the server's refusal) when it is
 # submitted with no decision.
 REQUIRED = "'decision' is a required property"
-CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 pytestmark = [
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
-    ),
+    needs_chromium,
     pytest.mark.processes,
     pytest.mark.xdist_group("prefect_server"),  # one real server per pytest session, not per worker
 ]

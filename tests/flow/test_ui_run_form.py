@@ -15,9 +15,7 @@ Skipped where no Chromium is installed (`.ci/run` installs Debian's).
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,17 +25,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import REPO, run_process
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, REPO, needs_chromium, run_process
 from tests.prefect_server import PrefectServer
 
-CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
 pytestmark = [
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
-    ),
+    needs_chromium,
     pytest.mark.processes,  # `prefect deploy`, a real server, a browser
     pytest.mark.xdist_group("prefect_server"),  # one real server per pytest session, not per worker
 ]
