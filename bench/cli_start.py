@@ -40,7 +40,7 @@ def postledger(*args: str, cwd: Path, env: dict[str, str]) -> float:
         [sys.executable, "-m", "cli", *args], cwd=cwd, env=env, capture_output=True, text=True
     )
     took = time.perf_counter() - started
-    if done.returncode not in (0, 1):  # 1: a month with something left is still an answer
+    if done.returncode != 0:  # an error is fast, and no answer: not a time to report
         raise SystemExit(f"postledger {' '.join(args)} failed:\n{done.stderr[-2000:]}")
     return took
 

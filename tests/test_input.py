@@ -255,6 +255,17 @@ def test_number_too_long_to_read_is_a_problem_not_a_crash(tmp_path: Path) -> Non
     ]
 
 
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_anywhere_is_a_problem(tmp_path: Path, constant: str) -> None:
+    """Python's json reads them, so the report would write them back: no other tool reads
+    such a file."""
+    line = '{"id": "a", "text": "x", "score": ' + constant + "}"
+    path = write_jsonl(tmp_path / "m.jsonl", [line])
+    ((number, what, fix),) = problems_of(path)
+    assert number == 1 and what.startswith(f"{constant} is not JSON")
+    assert "null" in fix
+
 def test_every_edge_case_is_reported_in_one_pass(tmp_path: Path) -> None:
     lines = [
         r'{"id": " a", "text": "x"}',

@@ -155,3 +155,32 @@ def test_posts_synced_before_their_fields_were_kept_learn_them(any_ledger_url: s
     assert [p.status for p in ledger.posts(MONTH)][:2] == [PostStatus.COMPLETED] * 2
     assert len(ledger.events(MONTH)) == events
     ledger.close()
+
+
+def test_a_broken_emoji_in_a_field_is_kept_and_reported(
+    tmp_path: Path, any_ledger_url: str
+) -> None:
+    """A lone surrogate (half an emoji, as `\\ud83d` in the file) is valid JSON and a valid
+    input; no file of the report can hold it: it is written as the escape's text."""
+    from postledger.progress.report import write_report
+    from postledger.progress.status import status_of
+
+    path = write_jsonl(
+        tmp_path / f"{MONTH}.jsonl",
+        ['{"id": "p0", "text": "logged out again", "author": "ana\\ud83d", "lang": "en"}'],
+    )
+    ledger = Ledger(any_ledger_url)
+    ledger.sync_posts(MONTH, load_posts(path), model="m", prompt="p")
+    report = status_of(ledger, MONTH)
+    assert report is not None
+    out = tmp_path / "report"
+    write_report(ledger, MONTH, report, out)
+    (row,) = [json.loads(line) for line in (out / f"posts-{MONTH}.jsonl").read_text().splitlines()]
+    assert (row["author"], row["lang"]) == ("ana\\ud83d", "en")
+    assert "ana\\ud83d" in (out / f"posts-{MONTH}.csv").read_text(encoding="utf-8")
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"posts-{MONTH}.csv",
+        f"posts-{MONTH}.jsonl",
+        f"summary-{MONTH}.md",
+    ]  # nothing half-written left beside them
+    ledger.close()

@@ -209,7 +209,11 @@ _CANONICAL_ASCII = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 def _decode(raw: str, number: int, problems: list[Problem]) -> dict[str, object] | None:
     try:
-        item = json.loads(raw)
+        item = json.loads(raw, parse_constant=_not_json)
+    except _NotJson as exc:
+        what = f"{exc} is not JSON (Python's json reads it, nothing else does)"
+        problems.append(Problem(number, what, "write null, a number or a string instead"))
+        return None
     except json.JSONDecodeError as exc:
         what = f"malformed JSON at column {exc.colno}: {_json_reason(exc.msg)}"
         problems.append(Problem(number, what, AN_OBJECT))
@@ -227,6 +231,14 @@ def _decode(raw: str, number: int, problems: list[Problem]) -> dict[str, object]
         problems.append(Problem(number, what, AN_OBJECT))
         return None
     return item
+
+
+class _NotJson(ValueError):
+    """NaN, Infinity or -Infinity in a line."""
+
+
+def _not_json(constant: str) -> object:
+    raise _NotJson(constant)
 
 
 def _json_reason(msg: str) -> str:

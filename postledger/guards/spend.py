@@ -61,6 +61,8 @@ def usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int] | None:
         output_tokens = int(usage.get("output_tokens", usage.get("completion_tokens")))
     except (TypeError, ValueError):
         return None
+    if input_tokens < 0 or output_tokens < 0:  # not a usage: the cost is left to the estimate
+        return None
     return input_tokens, output_tokens
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,7 @@ def post_rows(ledger: LedgerReads, month: str, *, text: bool = False) -> MonthTa
     the month's spend of its kind exactly."""
     shares = month_shares(ledger.spend(month), ledger.batches(month))
     posts = ledger.posts(month)
-    given = [json.loads(post.fields) if post.fields else {} for post in posts]
+    given = [_writable(json.loads(post.fields)) if post.fields else {} for post in posts]
     inputs = input_columns(given)
     by_field = {name: column for column, name in inputs.items()}
     columns = ["id", *inputs, *(["text"] if text else []), *OUTCOME, COST, WASTED]
@@ -71,6 +73,19 @@ def post_rows(ledger: LedgerReads, month: str, *, text: bool = False) -> MonthTa
         }
         rows.append(row)
     return MonthTable(columns=columns, inputs=inputs, rows=rows)
+
+
+def _writable(value: Any) -> Any:
+    """The input's value with every lone surrogate (a broken emoji's `\\ud83d` escape, which
+    the input may hold and the ledger keeps escaped) written as that escape's text: no file
+    format of the report can hold a lone surrogate itself."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_writable(key): _writable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_writable(item) for item in value]
+    return value
 
 
 def input_columns(given: list[dict[str, Any]]) -> dict[str, str]:
@@ -210,20 +225,37 @@ def write_report(
         out / f"posts-{month}.csv",
         out / f"summary-{month}.md",
     )
-    with jsonl.open("w", encoding="utf-8") as file:
+    # Each file is written beside its name and then put in its place: a report that fails
+    # half-way leaves the last good one as it was.
+    with _replacing(jsonl) as partial, partial.open("w", encoding="utf-8") as file:
         for row in table.rows:
             file.write(json.dumps(json_row(table, row), ensure_ascii=False) + "\n")
-    with csv_path.open("w", newline="", encoding="utf-8") as file:
+    with _replacing(csv_path) as partial, partial.open("w", newline="", encoding="utf-8") as file:
         cells = csv.writer(file)
         cells.writerow(table.columns)
         cells.writerows([csv_cell(c, row[c]) for c in table.columns] for row in table.rows)
-    summary.write_text(
-        summary_markdown(report) + results_markdown(table, csv_path.name), encoding="utf-8"
-    )
+    with _replacing(summary) as partial:
+        partial.write_text(
+            summary_markdown(report) + results_markdown(table, csv_path.name), encoding="utf-8"
+        )
     written = [jsonl, csv_path, summary]
     if writer is not None:
-        written.append(writer(table, out / f"posts-{month}.parquet"))
+        parquet_path = out / f"posts-{month}.parquet"
+        with _replacing(parquet_path) as partial:
+            writer(table, partial)
+        written.append(parquet_path)
     return written
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A file to write `path`'s new content to; it replaces `path` only once written whole."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        yield partial
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def completed_share(report: dict[str, Any]) -> float:

@@ -117,6 +117,8 @@ def test_an_estimate_never_falls_short_and_grows_with_every_post(
         ({"input_tokens": "12", "output_tokens": 4}, (12, 4)),
         ({"input_tokens": 1}, None),
         ({"input_tokens": "x", "output_tokens": 1}, None),
+        ({"input_tokens": -5, "output_tokens": 10}, None),  # no usage: never a negative cost
+        ({"prompt_tokens": 5, "completion_tokens": -1}, None),
         ({}, None),
         (None, None),
     ],
