@@ -364,7 +364,11 @@ def approve(
         from flows.resume import NotResumed, resume_run
 
         try:
-            resume_run(question, run_input)
+            resume_run(
+                question,
+                run_input,
+                asked_again=lambda: ledger.approvals.asked_since(month, question.id),
+            )
         except NotResumed as exc:
             err.print(
                 f"[yellow]The paused run was not resumed:[/] {exc}. The answer counts for the "
@@ -642,6 +646,11 @@ def _ledger_problem(exc: Exception) -> str | None:
         return str(exc)
     if isinstance(exc, OperationalError):
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "no answer"
+        if "locked" in reason:  # SQLite's: another process holds the write lock
+            return (
+                f"the ledger is busy ({reason}): another postledger is writing to it; try "
+                "again in a moment"
+            )
         return (
             f"the ledger's database cannot be used ({reason}): check POSTLEDGER_DATABASE_URL "
             "(or the ledger block) and that the database is running"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 import httpx
@@ -30,8 +31,14 @@ class NotResumed(RuntimeError):
     """The run that asked could not be resumed; the message says why."""
 
 
-def resume_run(question: ApprovalRecord, run_input: dict[str, object]) -> None:
-    """Resume the run that asked `question`; raises `NotResumed` if it no longer waits."""
+def resume_run(
+    question: ApprovalRecord,
+    run_input: dict[str, object],
+    asked_again: Callable[[], bool] = lambda: False,
+) -> None:
+    """Resume the run that asked `question`; raises `NotResumed` if it no longer waits for
+    that question. `asked_again()`: whether the month has a newer question than `question`
+    (then a pause of the run is for that one, and this answer must not end it)."""
     if question.flow_run_id is None:
         raise NotResumed("the question has no flow run id")
     api_url = os.environ.get("PREFECT_API_URL") or question.prefect_api_url
@@ -40,8 +47,15 @@ def resume_run(question: ApprovalRecord, run_input: dict[str, object]) -> None:
     try:
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
             flow_run_id = UUID(question.flow_run_id)
-            _wait_until_paused(flow_run_id)
+            _wait_until_paused(question, flow_run_id)
+            if asked_again():
+                raise NotResumed(
+                    f"run {flow_run_id} went on and asked another question since: answer that "
+                    "one (`postledger status` shows it)"
+                )
             resume_flow_run(flow_run_id, run_input=run_input)
+    except NotResumed:
+        raise
     except (httpx.HTTPError, OSError) as exc:
         raise NotResumed(f"the Prefect API at {api_url} did not answer ({exc})") from None
     except ObjectNotFound:
@@ -56,14 +70,22 @@ def resume_run(question: ApprovalRecord, run_input: dict[str, object]) -> None:
         raise NotResumed(f"run {question.flow_run_id}: {exc}") from None
 
 
-def _wait_until_paused(flow_run_id: UUID, timeout: float = PAUSE_WAIT_SECONDS) -> None:
-    """Return once the run is paused, or is no longer running (the resume then says why)."""
-    deadline = time.monotonic() + timeout
+def _wait_until_paused(question: ApprovalRecord, flow_run_id: UUID) -> None:
+    """Return once the run is paused, or when it is no longer running as it was when it asked
+    (resumed since, or ended: the resume then says why). A run that asked and still runs has
+    not paused yet: it is waited for, a while."""
+    asked = question.asked_at.timestamp()
+    deadline = time.monotonic() + PAUSE_WAIT_SECONDS
     with get_client(sync_client=True) as client:
         while True:
             state = client.read_flow_run(flow_run_id).state
             if state is None or state.type is not StateType.RUNNING:
                 return
+            if state.timestamp.timestamp() > asked:
+                return  # running again since it asked: answered another way (its form)
             if time.monotonic() >= deadline:
-                return
+                raise NotResumed(
+                    f"run {flow_run_id} asked, but is still running and did not pause within "
+                    f"{PAUSE_WAIT_SECONDS:.0f} s"
+                )
             time.sleep(0.2)

@@ -144,7 +144,8 @@ def plan_pending(
         PostChange(
             post.post_id,
             f"the post has {post.chars} characters, more than max_batch_chars={max_chars}: it "
-            "was never sent. Shorten it, or raise POSTLEDGER_MAX_BATCH_CHARS and retry its kind",
+            "was never sent. Shorten it, or raise POSTLEDGER_MAX_BATCH_CHARS and run "
+            "`postledger retry --kind too_long`",
         )
         for post in plan.too_long
     ]

@@ -126,6 +126,13 @@ class Approvals:
                 )
             )
 
+    def asked_since(self, month: str, question_id: int | None) -> bool:
+        """Whether the month has a question newer than `question_id`: a run's pause is then
+        for that newer one."""
+        return question_id is not None and any(
+            q.id is not None and q.id > question_id for q in self.approvals(month)
+        )
+
     def answer(
         self,
         month: str,

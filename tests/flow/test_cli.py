@@ -194,7 +194,6 @@ def test_setup_migrates_an_older_ledger_and_is_idempotent(tmp_path: Path) -> Non
     ledger.close()
 
 
-
 @pytest.mark.parametrize("command", [("status", "--month", "2026-10"), ("breaker",)])
 def test_a_ledger_of_an_older_schema_is_one_line_with_what_to_do(
     tmp_path: Path, command: tuple[str, ...]
@@ -224,6 +223,7 @@ def test_a_ledger_database_that_does_not_answer_is_one_line_with_what_to_do(
     assert said.returncode == 1 and "Traceback" not in said.stderr, said.stderr
     assert "check POSTLEDGER_DATABASE_URL" in said.stderr
     assert len(said.stderr.strip().splitlines()) == 1, said.stderr
+
 
 # --- approve answers the question that waits, and only that one ------------------------------
 
