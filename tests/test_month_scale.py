@@ -12,6 +12,7 @@ from sqlalchemy import event, text
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
+from postledger.record.models import PostStatus
 from tests.helpers import settle_next_batch, sqlite_ledger_only
 
 MONTH = "2026-10"
@@ -71,6 +72,7 @@ def test_a_batch_cycle_finds_its_rows_through_indexes(tmp_path: Any) -> None:
         connection.execute(text("ANALYZE"))  # as a long-used ledger would have statistics
 
     with statements(ledger) as seen:
+        ledger.count_in(MONTH, PostStatus.PENDING)  # the dispatch loop's look for work to plan
         settle_next_batch(ledger, MONTH)
 
     scans = []

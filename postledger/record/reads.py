@@ -142,6 +142,15 @@ class LedgerReads:
             )
             return session.exec(query.limit(1)).first() is not None
 
+    def count_in(self, month: str, status: PostStatus) -> int:
+        """How many of the month's posts are in `status`: counted in the index, over those
+        posts only (not the month's)."""
+        with self._read() as session:
+            query = select(func.count()).where(
+                PostRecord.month == month, PostRecord.status == status
+            )
+            return int(session.exec(query).one())
+
     def retry_totals(self, month: str) -> tuple[int, int]:
         """(paid business retries, unpaid requeues) of the month's posts, summed by the
         database: progress reports ask often, and need no post loaded for it."""

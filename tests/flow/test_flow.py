@@ -193,3 +193,41 @@ def test_a_bad_month_fails_the_run_with_the_message_the_cli_gives(
         run = client.read_flow_run(state.state_details.flow_run_id)
     assert run.name == "posts of a bad month '2026-13'"
     assert ledger.posts("2026-13") == [] and sim.charges() == []
+
+
+def test_a_long_step_is_said_before_it_starts(
+    prefect_harness: None,
+    sim: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A month big enough that taking it in and planning it take seconds says so before each
+    step, for a log that no terminal shows (a worker's). The threshold is lowered here."""
+    import flows.dispatch
+    import flows.monthly
+    from flows.monthly import monthly_posts
+
+    monkeypatch.setattr(flows.dispatch, "LONG_STEP_POSTS", 20)
+    monkeypatch.setattr(flows.monthly, "LONG_STEP_POSTS", 20)
+    run_log = logging.getLogger("prefect.flow_runs")
+    run_log.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="prefect.flow_runs")
+    path = tmp_path / "2026-08.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "l{i}", "text": "The widget froze, case {i}."}}\n' for i in range(30)),
+        encoding="utf-8",
+    )
+    try:
+        monthly_posts(month="2026-08", posts_path=str(path))
+    finally:
+        run_log.removeHandler(caplog.handler)
+    said = [r.getMessage() for r in {id(r): r for r in caplog.records}.values()]
+    step = [m for m in said if m.startswith("2026-08: ") and ("writing" in m or "plann" in m)]
+    assert step == [
+        f"2026-08: writing 30 posts of {path} to the ledger",
+        "2026-08: planning 30 posts into batches",
+        "2026-08: 2 batches planned",
+    ]
+    ledger.close()
