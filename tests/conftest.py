@@ -101,6 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The PostgreSQL pass runs the tests whose ledger it decides (those using `ledger_url`),
     the ones that run postledger in other processes (crashes, restarts, a real server)
     included; the others would run exactly as in the SQLite pass."""
+    _group_for_xdist(config, items)
     if not LEDGER_ON_POSTGRES:
         return
     keep = [item for item in items if "ledger_url" in getattr(item, "fixturenames", ())]
@@ -109,6 +110,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
+
+
+def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `xdist_group(NAME)` run on one worker (`--dist loadgroup`), as xdist means:
+    one `prefect server start` for all the tests that need one, not one per worker. xdist marks
+    them by appending `@NAME` to their ids, which pytest 9 no longer reads (`Node._id`, not
+    `_nodeid`): done here the way pytest 9 keeps an id."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # a pytest before 9: xdist's own suffix works there
+        return
+
+    for item in items:
+        names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
 
 # --- Prefect ---------------------------------------------------------------------------------
 
