@@ -22,9 +22,10 @@ from prefect.runtime import flow_run
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from blocks import settings_from_blocks
+from flows import dispatch
 from flows.api_clients import lighter_task_run_clients
 from flows.artifacts import MonthArtifacts
-from flows.dispatch import LONG_STEP_POSTS, RunStopped, run_until_done
+from flows.dispatch import RunStopped, run_until_done
 from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import answer_given_before, ask_about_interrupted, carry_out
@@ -206,14 +207,12 @@ def import_what_was_left(run: MonthRun) -> None:
             )
 
 
-# A month this big takes the ledger a second or more to take in.
-
 
 def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
     """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25)."""
     logger = get_run_logger()
     settings = run.settings
-    if len(posts) >= LONG_STEP_POSTS:  # seconds of work: said before, not only after
+    if len(posts) >= dispatch.LONG_STEP_POSTS:  # seconds of work: said before, not after
         logger.info("%s: writing %d posts of %s to the ledger", run.month, len(posts), path)
     synced = run.ledger.sync_posts(run.month, posts, model=settings.model, prompt=settings.prompt)
     if closed := run.ledger.close_emptied(run.month):

@@ -1059,3 +1059,40 @@ needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no Chromium installed (`apt-get install chromium`; .ci/run installs it)",
 )
+
+
+# --- what the ledger sends, what a flow logs ------------------------------------------------
+
+WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def statements(ledger: Any) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the ledger's engine sends while the block runs, with its parameters."""
+    from sqlalchemy import event
+
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
+        seen.append((sql, parameters))
+
+    event.listen(ledger.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", record)
+
+
+@contextlib.contextmanager
+def flow_log(caplog: Any) -> Iterator[Callable[[], list[str]]]:
+    """The flow's own log lines at INFO and above while the block runs (Prefect's run logger
+    does not propagate to caplog's), each once: call the yielded function for them."""
+    import logging
+
+    run_log = logging.getLogger("prefect.flow_runs")
+    run_log.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="prefect.flow_runs")
+    try:
+        yield lambda: [r.getMessage() for r in {id(r): r for r in caplog.records}.values()]
+    finally:
+        run_log.removeHandler(caplog.handler)

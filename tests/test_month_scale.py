@@ -4,40 +4,20 @@ a batch's own steps find their rows (not timed: see bench/scale.py for the times
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
-from tests.helpers import settle_next_batch, sqlite_ledger_only
+from tests.helpers import WRITES, settle_next_batch, sqlite_ledger_only, statements
 
 MONTH = "2026-10"
 
 
 def month_of_posts(n: int) -> list[Post]:
     return [Post(f"p{i:05d}", f"post {i}: the app logs me out", i + 1) for i in range(n)]
-
-
-@contextmanager
-def statements(ledger: Ledger) -> Iterator[list[tuple[str, Any]]]:
-    """Every statement the ledger's engine sends while the block runs, with its parameters."""
-    seen: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
-        seen.append((sql, parameters))
-
-    event.listen(ledger.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(ledger.engine, "before_cursor_execute", record)
-
-
-WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
 def test_a_sync_of_an_unchanged_month_writes_nothing(any_ledger_url: str) -> None:

@@ -5,37 +5,29 @@ part of the fingerprint. A sync of an unchanged month still writes nothing."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from postledger.batches.posts import Post, load_posts
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
-from tests.helpers import settle_next_batch, write_jsonl
+from tests.helpers import WRITES, settle_next_batch, statements, write_jsonl
 
 MONTH = "2026-10"
-WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
 @contextmanager
 def writes(ledger: Ledger) -> Iterator[list[tuple[str, Any]]]:
-    """The writing statements the ledger sends while the block runs, with their parameters."""
-    seen: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
-        if WRITES.match(sql):
-            seen.append((sql, parameters))
-
-    event.listen(ledger.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(ledger.engine, "before_cursor_execute", record)
+    """The writing statements the ledger sends while the block runs, with their parameters
+    (filled in when the block ends)."""
+    with statements(ledger) as seen:
+        written: list[tuple[str, Any]] = []
+        yield written
+    written.extend((sql, parameters) for sql, parameters in seen if WRITES.match(sql))
 
 
 def fields(**values: object) -> str:

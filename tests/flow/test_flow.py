@@ -3,7 +3,6 @@ a real SQLite ledger. The evidence is the ledger and the simulator's own charge 
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import Counter
 from pathlib import Path
@@ -14,7 +13,7 @@ from postledger.batches.posts import load_posts
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
 from simulator.model import analyse
-from tests.helpers import SAMPLE, Sim
+from tests.helpers import SAMPLE, Sim, flow_log
 
 
 def test_sample_month_completes_and_each_post_is_charged_once(
@@ -55,29 +54,22 @@ def test_second_run_of_a_finished_month_sends_nothing(
 ) -> None:
     from flows.monthly import monthly_posts
 
-    # The flow's own log: Prefect's run logger does not propagate to caplog's.
-    run_log = logging.getLogger("prefect.flow_runs")
-    run_log.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="prefect.flow_runs")
-
     path = tmp_path / "2026-09.jsonl"
     path.write_text(
         "".join(f'{{"id": "q{i}", "text": "Why does sync fail on day {i}?"}}\n' for i in range(30)),
         encoding="utf-8",
     )
-    monthly_posts(month="2026-09", posts_path=str(path))
-    charges_after_first = len(sim.charges())
-    events_after_first = len(ledger.events("2026-09"))
-
-    summary = monthly_posts(month="2026-09", posts_path=str(path))
-    run_log.removeHandler(caplog.handler)
+    with flow_log(caplog) as said:
+        monthly_posts(month="2026-09", posts_path=str(path))
+        charges_after_first = len(sim.charges())
+        events_after_first = len(ledger.events("2026-09"))
+        summary = monthly_posts(month="2026-09", posts_path=str(path))
 
     assert summary["counts"]["completed"] == 30
     assert len(sim.charges()) == charges_after_first == 2
     assert len(ledger.events("2026-09")) == events_after_first
     # Each run ends with one line: the month's counts, its spend, its time, what is left.
-    records = {id(r): r for r in caplog.records}.values()  # each record once
-    endings = [r.getMessage() for r in records if "this run took" in r.getMessage()]
+    endings = [line for line in said() if "this run took" in line]
     assert len(endings) == 2, endings
     pattern = (
         r"2026-09: 30 completed, 0 failed, 0 left; spend confirmed (?!0\.000000)\d+\.\d{6}, "
@@ -206,25 +198,17 @@ def test_a_long_step_is_said_before_it_starts(
     """A month big enough that taking it in and planning it take seconds says so before each
     step, for a log that no terminal shows (a worker's). The threshold is lowered here."""
     import flows.dispatch
-    import flows.monthly
     from flows.monthly import monthly_posts
 
     monkeypatch.setattr(flows.dispatch, "LONG_STEP_POSTS", 20)
-    monkeypatch.setattr(flows.monthly, "LONG_STEP_POSTS", 20)
-    run_log = logging.getLogger("prefect.flow_runs")
-    run_log.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="prefect.flow_runs")
     path = tmp_path / "2026-08.jsonl"
     path.write_text(
         "".join(f'{{"id": "l{i}", "text": "The widget froze, case {i}."}}\n' for i in range(30)),
         encoding="utf-8",
     )
-    try:
+    with flow_log(caplog) as said:
         monthly_posts(month="2026-08", posts_path=str(path))
-    finally:
-        run_log.removeHandler(caplog.handler)
-    said = [r.getMessage() for r in {id(r): r for r in caplog.records}.values()]
-    step = [m for m in said if m.startswith("2026-08: ") and ("writing" in m or "plann" in m)]
+    step = [m for m in said() if m.startswith("2026-08: ") and ("writing" in m or "plann" in m)]
     assert step == [
         f"2026-08: writing 30 posts of {path} to the ledger",
         "2026-08: planning 30 posts into batches",

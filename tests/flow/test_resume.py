@@ -18,32 +18,39 @@ from tests.helpers import MONTH, flow_run_state, in_background, wait_for
 ASK_TO_PAUSE_SECONDS = 5.0  # far longer than the real gap: the answer surely comes first
 
 
-def asks_then_pauses_late(ledger_url: str) -> str:
-    """A flow that records a question, as the monthly flow does, then pauses a while later."""
-    from prefect import flow
+def ask_and_pause(ledger_url: str, question: str, *, pause_after: float = 0.0) -> str:
+    """In a flow: record `question` as the monthly flow does (with this run's id and Prefect
+    API), wait `pause_after` seconds, pause for the breaker's form; the decision given."""
     from prefect.context import FlowRunContext
     from prefect.flow_runs import pause_flow_run
     from prefect.settings import get_current_settings
 
     from flows.approval import BreakerAnswer
 
+    context = FlowRunContext.get()
+    assert context is not None and context.flow_run is not None
+    ledger = Ledger(ledger_url)
+    ledger.approvals.ask(
+        MONTH,
+        "simulator",
+        question,
+        flow_run_id=str(context.flow_run.id),
+        prefect_api_url=get_current_settings().api.url,
+        kind=Question.BREAKER,
+    )
+    ledger.close()
+    time.sleep(pause_after)
+    reply = pause_flow_run(wait_for_input=BreakerAnswer, timeout=60, poll_interval=0.5)
+    return str(reply.decision)
+
+
+def asks_then_pauses_late(ledger_url: str) -> str:
+    """A flow that records a question, as the monthly flow does, then pauses a while later."""
+    from prefect import flow
+
     @flow(name="asks-then-pauses-late", persist_result=False)
     def asks() -> str:
-        context = FlowRunContext.get()
-        assert context is not None and context.flow_run is not None
-        ledger = Ledger(ledger_url)
-        ledger.approvals.ask(
-            MONTH,
-            "simulator",
-            "Continue?",
-            flow_run_id=str(context.flow_run.id),
-            prefect_api_url=get_current_settings().api.url,
-            kind=Question.BREAKER,
-        )
-        ledger.close()
-        time.sleep(ASK_TO_PAUSE_SECONDS)
-        reply = pause_flow_run(wait_for_input=BreakerAnswer, timeout=60, poll_interval=1)
-        return str(reply.decision)
+        return ask_and_pause(ledger_url, "Continue?", pause_after=ASK_TO_PAUSE_SECONDS)
 
     return asks()
 
@@ -66,31 +73,10 @@ def test_an_answer_given_before_the_run_pauses_waits_for_the_pause(
 def asks_twice(ledger_url: str) -> list[str]:
     """A flow that asks, pauses, and once resumed asks again and pauses again."""
     from prefect import flow
-    from prefect.context import FlowRunContext
-    from prefect.flow_runs import pause_flow_run
-    from prefect.settings import get_current_settings
-
-    from flows.approval import BreakerAnswer
 
     @flow(name="asks-twice", persist_result=False)
     def asks() -> list[str]:
-        context = FlowRunContext.get()
-        assert context is not None and context.flow_run is not None
-        decisions = []
-        for question in ("First?", "Second?"):
-            ledger = Ledger(ledger_url)
-            ledger.approvals.ask(
-                MONTH,
-                "simulator",
-                question,
-                flow_run_id=str(context.flow_run.id),
-                prefect_api_url=get_current_settings().api.url,
-                kind=Question.BREAKER,
-            )
-            ledger.close()
-            reply = pause_flow_run(wait_for_input=BreakerAnswer, timeout=60, poll_interval=0.5)
-            decisions.append(str(reply.decision))
-        return decisions
+        return [ask_and_pause(ledger_url, question) for question in ("First?", "Second?")]
 
     return asks()
 
