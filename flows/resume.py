@@ -53,7 +53,7 @@ def resume_run(
                     f"run {flow_run_id} went on and asked another question since: answer that "
                     "one (`postledger status` shows it)"
                 )
-            resume_flow_run(flow_run_id, run_input=run_input)
+            _resume_once_its_form_is_there(flow_run_id, run_input)
     except NotResumed:
         raise
     except (httpx.HTTPError, OSError) as exc:
@@ -88,4 +88,18 @@ def _wait_until_paused(question: ApprovalRecord, flow_run_id: UUID) -> None:
                     f"run {flow_run_id} asked, but is still running and did not pause within "
                     f"{PAUSE_WAIT_SECONDS:.0f} s"
                 )
+            time.sleep(0.2)
+
+
+def _resume_once_its_form_is_there(flow_run_id: UUID, run_input: dict[str, object]) -> None:
+    """A run shows Paused a moment before it has saved its form's schema; a resume in that
+    moment is refused ("Run input schema not found") and is tried again, a while."""
+    deadline = time.monotonic() + PAUSE_WAIT_SECONDS
+    while True:
+        try:
+            resume_flow_run(flow_run_id, run_input=run_input)
+            return
+        except RuntimeError as exc:
+            if "schema not found" not in str(exc) or time.monotonic() >= deadline:
+                raise
             time.sleep(0.2)

@@ -13,7 +13,6 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import pytest
 
@@ -212,10 +211,9 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     monkeypatch: pytest.MonkeyPatch,
     answer: Answer,
 ) -> None:
-    from prefect.flow_runs import resume_flow_run
-
     from flows.dispatch import RunStopped
     from flows.monthly import monthly_posts
+    from flows.resume import resume_run
 
     monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "5")
     texts = [(f"s{i:03d}", f"Sync drops my notes, case {i}.") for i in range(40)]
@@ -236,7 +234,7 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     assert len(charged) == 4  # the fifth batch would have crossed the budget
     assert sum(cost_of(PRICE, c["input_tokens"], c["output_tokens"]) for c in charged) <= max_cost
 
-    resume_flow_run(UUID(question.flow_run_id), run_input={"decision": answer.value, "note": ""})
+    resume_run(question, {"decision": answer.value, "note": ""})
     thread.join(60)
     if answer is Answer.CONTINUE:
         assert "result" in outcome, outcome.get("error")

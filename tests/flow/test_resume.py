@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from uuid import UUID
 
 import pytest
 
@@ -84,15 +83,13 @@ def asks_twice(ledger_url: str) -> list[str]:
 def test_an_answer_to_a_question_the_run_went_past_does_not_end_its_next_pause(
     prefect_harness: None, ledger: Ledger, ledger_url: str
 ) -> None:
-    from prefect.flow_runs import resume_flow_run
-
     from flows.resume import NotResumed, resume_run
 
     thread, outcome = in_background(lambda: asks_twice(ledger_url))
     first: Any = wait_for("the first question", lambda: ledger.approvals.waiting(MONTH))
     wait_for("Paused", lambda: flow_run_state(first.flow_run_id) == "PAUSED")
     # Answered in the run's form; `postledger approve` read the first question before that.
-    resume_flow_run(UUID(first.flow_run_id), run_input={"decision": "continue", "note": ""})
+    resume_run(first, {"decision": "continue", "note": ""})
     second: Any = wait_for(
         "the second question",
         lambda: (q := ledger.approvals.waiting(MONTH)) is not None and q.id != first.id and q,
