@@ -111,7 +111,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-
 def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `xdist_group(NAME)` run on one worker (`--dist loadgroup`), as xdist means:
     one `prefect server start` for all the tests that need one, not one per worker. xdist marks
@@ -128,6 +127,7 @@ def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
         names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
         if names and "@" not in item.nodeid:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+
 
 # --- Prefect ---------------------------------------------------------------------------------
 

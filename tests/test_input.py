@@ -255,7 +255,6 @@ def test_number_too_long_to_read_is_a_problem_not_a_crash(tmp_path: Path) -> Non
     ]
 
 
-
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_or_infinity_anywhere_is_a_problem(tmp_path: Path, constant: str) -> None:
     """Python's json reads them, so the report would write them back: no other tool reads
@@ -265,6 +264,7 @@ def test_nan_or_infinity_anywhere_is_a_problem(tmp_path: Path, constant: str) ->
     ((number, what, fix),) = problems_of(path)
     assert number == 1 and what.startswith(f"{constant} is not JSON")
     assert "null" in fix
+
 
 def test_every_edge_case_is_reported_in_one_pass(tmp_path: Path) -> None:
     lines = [

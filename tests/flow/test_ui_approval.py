@@ -34,9 +34,8 @@ from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
 from postledger.settings import Settings
 from tests.helpers import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     Sim,
+    browser_page,
     needs_chromium,
     posts_file,
     spawn,
@@ -240,22 +239,13 @@ def answer_in_the_ui(
     """Open the paused run's page, press Resume; see the money at stake, no answer chosen,
     a submit without one refused (`still_waiting` checks nothing was answered); choose
     continue, write the note, submit. A screenshot is left in `tmp` when a step fails."""
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(30_000)
-        try:
-            if ui == "v1":
-                url = f"{base_url}/runs/flow-run/{flow_run_id}"
-                _answer_in_v1(playwright, page, url, stake, still_waiting)
-            else:
-                url = f"{base_url}/v2/runs/flow-run/{flow_run_id}"
-                _answer_in_v2(playwright, page, url, stake, still_waiting)
-        except Exception:
-            page.screenshot(path=str(tmp / f"ui-failure-{ui}.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with browser_page(playwright, tmp / f"ui-failure-{ui}.png") as page:
+        if ui == "v1":
+            url = f"{base_url}/runs/flow-run/{flow_run_id}"
+            _answer_in_v1(playwright, page, url, stake, still_waiting)
+        else:
+            url = f"{base_url}/v2/runs/flow-run/{flow_run_id}"
+            _answer_in_v2(playwright, page, url, stake, still_waiting)
 
 
 def _answer_in_v1(

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS, REPO, needs_chromium, run_process
+from tests.helpers import REPO, browser_page, needs_chromium, run_process
 from tests.prefect_server import PrefectServer
 
 pytestmark = [
@@ -96,28 +96,19 @@ def test_the_run_form_shows_what_each_parameter_means(
         "v1": f"{base}/deployments/deployment/{deployment.id}/run",
         "v2": f"{base}/v2/deployments/deployment/{deployment.id}/run",
     }[ui]
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(30_000)
-        try:
-            page.goto(url)
-            for name, description in described.items():
-                label, says = parameter(page, ui, name)
-                playwright.expect(label).to_be_visible()
-                playwright.expect(
-                    says, f"{name}: no description shown (no Args: entry in the docstring?)"
-                ).to_be_visible()
-                seen = shown(says.inner_text())
-                for phrase in MUST_SAY.get(name, []):
-                    assert phrase in seen, f"{name}: the form does not say {phrase!r}: {seen!r}"
-                # All of what Prefect read from the docstring's Args:, not a part of it.
-                assert seen == shown(description), f"{name}: the form says {seen!r}"
-        except Exception:
-            page.screenshot(path=str(tmp_path / f"run-form-failure-{ui}.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with browser_page(playwright, tmp_path / f"run-form-failure-{ui}.png") as page:
+        page.goto(url)
+        for name, description in described.items():
+            label, says = parameter(page, ui, name)
+            playwright.expect(label).to_be_visible()
+            playwright.expect(
+                says, f"{name}: no description shown (no Args: entry in the docstring?)"
+            ).to_be_visible()
+            seen = shown(says.inner_text())
+            for phrase in MUST_SAY.get(name, []):
+                assert phrase in seen, f"{name}: the form does not say {phrase!r}: {seen!r}"
+            # All of what Prefect read from the docstring's Args:, not a part of it.
+            assert seen == shown(description), f"{name}: the form says {seen!r}"
 
 
 def parameter(page: Any, ui: str, name: str) -> tuple[Any, Any]:
