@@ -105,10 +105,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not LEDGER_ON_POSTGRES:
         return
     keep = [item for item in items if "ledger_url" in getattr(item, "fixturenames", ())]
+    keep = _one_case_per_kind(keep)
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def _one_case_per_kind(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Of a test marked `one_case_per_kind_on_postgres`, the PostgreSQL pass runs the first
+    case for each upstream kind (its `kind` parameter, if it has one): its other cases differ in
+    the fault or the screen, not in what they write to the ledger, and every case runs on the
+    SQLite pass."""
+    seen: set[tuple[str, str, object]] = set()
+    kept = []
+    for item in items:
+        if item.get_closest_marker("one_case_per_kind_on_postgres") is not None:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            test = getattr(item, "originalname", item.name)
+            key = (item.nodeid.split("::")[0], test, params.get("kind"))
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(item)
+    return kept
 
 
 def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:

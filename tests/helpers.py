@@ -666,10 +666,11 @@ def ai_batch_slots_taken() -> int:
 
 
 def task_runs_of(
-    flow_run_id: UUID, ready: Callable[[list[Any]], bool], timeout: float = 30.0
+    flow_run_id: UUID, ready: Callable[[list[Any]], bool], timeout: float = 120.0
 ) -> list[Any]:
     """A flow run's task runs, once `ready` says they are all there: task runs reach the API
-    through events, a little after the flow run itself ended."""
+    through events, a little after the flow run itself ended (on a loaded CI machine, the last
+    of 40 batches' events have been seen to come more than 30 s late)."""
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
@@ -900,6 +901,18 @@ def run_month(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedPr
         tmp_path / "posts.jsonl", 12, ids="p{:02d}", text="Login loops back to the start, case {}."
     )
     return postledger("run", "--month", MONTH, "--posts", str(posts), *flags, cwd=tmp_path, **env)
+
+
+def on_worker_server(request: Any) -> dict[str, str]:
+    """The environment that points a `postledger run` child at this worker's Prefect server,
+    as a deployment's worker points its runs at a shared one: the child starts no local server
+    of its own (~10 s of CPU saved per run, most of it importing Prefect's server). For runs
+    whose own embedded server is not what the test is about, such as a run that only has to
+    crash at a named point. (`request`: the test's, for the server.)"""
+    request.getfixturevalue("prefect_harness")
+    from prefect.settings import PREFECT_API_URL
+
+    return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
 
 def finish_month_here(request: Any, tmp_path: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import child_env, posts_file, spawn, stop
+from tests.helpers import child_env, migrated_prefect_home, posts_file, spawn, stop
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -75,7 +75,8 @@ def processes(
     env = child_env(  # with the test's ledger (POSTLEDGER_DATABASE_URL)
         DO_NOT_TRACK="1",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_HOME=str(tmp_path / "prefect-home"),  # shared by every run of this test
+        # Shared by every run of this test; migrated once per test session, as after a first run.
+        PREFECT_HOME=str(migrated_prefect_home(tmp_path / "prefect-home")),
         POSTLEDGER_MAX_BATCH_POSTS="3",
         POSTLEDGER_POLL_WAIT="0.5",
         COLUMNS="250",  # the refusal on as few lines as may be, to search it
@@ -118,7 +119,8 @@ def is_alive(pid: int) -> bool:
 def wait_for_batches_in_flight(
     ledger_url: str, run: subprocess.Popen[bytes], processes: Processes, name: str
 ) -> None:
-    deadline = time.monotonic() + 120
+    # A new `postledger run` on a loaded machine: its imports, its server, then the month.
+    deadline = time.monotonic() + 240
     ledger: Ledger | None = None
     try:
         while True:

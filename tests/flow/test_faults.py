@@ -29,7 +29,11 @@ from tests.helpers import (
 )
 from tests.helpers import run_flow as run
 
-pytestmark = pytest.mark.usefixtures("fast_retries")
+pytestmark = [
+    pytest.mark.usefixtures("fast_retries"),
+    # Each test's cases differ in the fault, not in what the rule writes to the ledger.
+    pytest.mark.one_case_per_kind_on_postgres,
+]
 
 # One set for every kind: each setting is read by the kinds it concerns only.
 FAST_TIMINGS = {

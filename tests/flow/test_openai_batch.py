@@ -20,6 +20,7 @@ from tests.helpers import (
     Sim,
     assert_attempts_are_charges,
     finish_month_here,
+    on_worker_server,
     run_month,
     start_sim,
     statuses,
@@ -91,7 +92,7 @@ def batch_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 def test_an_orphaned_batch_is_found_by_its_metadata_and_adopted_with_no_new_charge(
     batch_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create")
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **on_worker_server(request))
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
     ledger = Ledger(ledger_url)
     interrupted = ledger.batches(MONTH, BatchStatus.RUNNING)

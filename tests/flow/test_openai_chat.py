@@ -15,7 +15,15 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE
 from postledger.record.models import Answer, BatchStatus, PostStatus
-from tests.helpers import MONTH, Sim, finish_month_here, postledger, run_month, start_sim
+from tests.helpers import (
+    MONTH,
+    Sim,
+    finish_month_here,
+    on_worker_server,
+    postledger,
+    run_month,
+    start_sim,
+)
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -29,7 +37,8 @@ def chat_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
     chat_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create")
+    shared = on_worker_server(request)  # the runs here need no local server of their own
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **shared)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
     ledger = Ledger(ledger_url)
     running = ledger.batches(MONTH, BatchStatus.RUNNING)
@@ -42,7 +51,7 @@ def test_an_interrupted_request_is_resubmitted_only_after_a_yes(
     assert plan["possible_double_charge_input_tokens"] > 0
     at_crash = chat_sim.charged_per_post()
 
-    unanswered = run_month(tmp_path, POSTLEDGER_APPROVAL_TIMEOUT="1")
+    unanswered = run_month(tmp_path, POSTLEDGER_APPROVAL_TIMEOUT="1", **shared)
     assert unanswered.returncode == 1, unanswered.stdout + unanswered.stderr
     ledger = Ledger(ledger_url)
     for batch_id in resubmit:  # asked, nobody answered: nothing sent again, nothing paid

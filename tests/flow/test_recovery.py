@@ -1,10 +1,12 @@
 """A run dies at every named crash point (R21-R26); the next run finishes from what was saved.
 
 The run that dies is its own `postledger run` process, ended by `os._exit` at the crash point.
-The next run is `postledger run` again at one point (it also frees the `ai-batch` slot the dead
-run held on the local server); at the others it is the monthly flow in this process, against
-this worker's Prefect server: what it finishes and what it pays are decided by the ledger
-alone. The evidence: the ledger, and the simulator's own charge log and per-task poll counts.
+At one point both runs are embedded `postledger run`s, as a user restarts one (the next frees
+the `ai-batch` slot the dead run held on the local server they both started). At the others the
+run that dies uses this worker's Prefect server, as a deployment's runs share one, and the next
+run is the monthly flow in this process, on that server: what it finishes and what it pays
+are decided by the ledger alone. The evidence: the ledger, and the simulator's own charge log
+and per-task poll counts.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE, CrashPoint
 from postledger.record.models import Answer, BatchStatus, FailureKind, PostStatus
-from tests.helpers import MONTH, Sim, finish_month_here, postledger, run_month, start_sim
+from tests.helpers import (
+    MONTH,
+    Sim,
+    finish_month_here,
+    on_worker_server,
+    postledger,
+    run_month,
+    start_sim,
+)
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -49,7 +59,10 @@ RESTARTED_BY_HAND = CrashPoint.AFTER_CREATE
 def test_a_crash_at_each_point_is_finished_by_the_next_run(
     point: CrashPoint, sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT=point.value)
+    # The run that crashes: embedded where the next run is started by hand, as a user's would
+    # be; elsewhere on this worker's server, which the next run (here) shares.
+    server = {} if point is RESTARTED_BY_HAND else on_worker_server(request)
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT=point.value, **server)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
     ledger = Ledger(ledger_url)
     saved = {
@@ -85,7 +98,7 @@ def test_a_crash_at_each_point_is_finished_by_the_next_run(
 def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_twice(
     sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    no_keys = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": "false"}
+    no_keys = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": "false", **on_worker_server(request)}
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **no_keys)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
     shown = postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **no_keys)
@@ -129,7 +142,7 @@ def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_t
 def test_a_task_the_upstream_forgot_is_a_recovery_failure_with_no_new_charge(
     sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_task_id")
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_task_id", **on_worker_server(request))
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
     ledger = Ledger(ledger_url)
     lost = [b for b in ledger.batches(MONTH, BatchStatus.RUNNING) if b.upstream_task_id]
@@ -163,12 +176,10 @@ def test_the_run_that_takes_over_a_crashed_runs_month_frees_its_slot_at_once(
     """Workers share one Prefect server: a run killed mid-batch leaves its `ai-batch` slot
     leased there until the lease lapses and a reaper frees it. The next run of the month,
     which takes the month over from the dead run, frees that run's slots first."""
-    from prefect.settings import PREFECT_API_URL
-
     from tests.helpers import ai_batch_slots_taken
 
-    shared = str(PREFECT_API_URL.value())  # this worker's server, as a worker's would be
-    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", PREFECT_API_URL=shared)
+    shared = on_worker_server(request)  # this worker's server, as a worker's would be
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **shared)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
     assert ai_batch_slots_taken() >= 1  # the dead run's slot, still leased
     finish_month_here(request, tmp_path)
