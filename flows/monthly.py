@@ -207,7 +207,6 @@ def import_what_was_left(run: MonthRun) -> None:
             )
 
 
-
 def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
     """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25)."""
     logger = get_run_logger()

@@ -50,7 +50,7 @@ class Processes:
         self.started.append(process)
         return process
 
-    def run(self, name: str, *args: str, timeout: float = 90) -> tuple[int, str]:
+    def run(self, name: str, *args: str, timeout: float = 240) -> tuple[int, str]:
         process = self.start(name, *args)
         try:
             code = process.wait(timeout=timeout)

@@ -48,7 +48,7 @@ def run_and_kill(
     )
     db_file = tmp_path / "ledger.db"  # where the ledger_url fixture puts it
     watcher = None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     try:
         while True:
             assert process.poll() is None, (tmp_path / "run.out").read_text()

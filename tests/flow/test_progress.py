@@ -167,7 +167,7 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
             )
         )
         try:
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + 240  # the run starts: imports, its server
             while not working.charges() and time.monotonic() < deadline:
                 time.sleep(0.2)
             seen = []
@@ -179,7 +179,7 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
                     seen.append(json.loads(shown.stdout)["completed"])
                 postledger("report", "--month", MONTH, "--out", str(tmp_path / "r"))
         finally:
-            assert run.wait(timeout=120) == 0
+            assert run.wait(timeout=240) == 0
         assert seen, "status should have been read while the run went on"
         assert idle.stats()["requests"] == {}
 

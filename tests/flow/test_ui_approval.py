@@ -124,11 +124,11 @@ def test_breaker_question_answered_in_the_prefect_ui(
 
     try:
         question = wait_for(
-            "the paused run's question", lambda: ledger.approvals.waiting(MONTH), 90, logs
+            "the paused run's question", lambda: ledger.approvals.waiting(MONTH), 240, logs
         )
         flow_run_id = question.flow_run_id
         assert flow_run_id and question.prefect_api_url == prefect_api
-        wait_for("Paused", lambda: flow_run_state(prefect_api, flow_run_id) == "PAUSED", 30, logs)
+        wait_for("Paused", lambda: flow_run_state(prefect_api, flow_run_id) == "PAUSED", 90, logs)
         assert creates(failing_sim) >= 2 and failing_sim.charges() == []
 
         stake = at_stake(ledger, env)
@@ -149,10 +149,10 @@ def test_breaker_question_answered_in_the_prefect_ui(
         wait_for(
             "Completed",
             lambda: flow_run_state(prefect_api, flow_run_id) == "COMPLETED",
-            60,
+            180,
             logs,
         )
-        assert run.wait(timeout=30) == 0, logs()
+        assert run.wait(timeout=90) == 0, logs()
     finally:
         stop(run)
 
