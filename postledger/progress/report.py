@@ -15,6 +15,7 @@ from typing import Any
 
 from postledger.guards.spend import money
 from postledger.progress.shares import month_shares
+from postledger.progress.words import SIMULATED_SPEND
 from postledger.record.models import PostStatus
 from postledger.record.reads import LedgerReads
 
@@ -164,6 +165,8 @@ def summary_markdown(report: dict[str, Any], wall_seconds: float | None = None) 
         f"| spend wasted (paid, unusable) | {money(spend['wasted'])} |",
         f"| tokens in / out | {spend['input_tokens']} / {spend['output_tokens']} |",
     ]
+    if spend["simulated"]:
+        lines.append(f"| spend | {SIMULATED_SPEND} |")
     if wall_seconds is not None:
         lines.append(f"| wall time | {wall_seconds:.1f} s |")
     if report["failures"]:

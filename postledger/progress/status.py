@@ -14,9 +14,10 @@ from postledger.failures.policy import CONTINUE_HINTS
 from postledger.guards.charges import spend_summary
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
+from postledger.progress.words import SIMULATED_SPEND
 from postledger.record.models import Answer, BatchStatus, PostStatus, Question
 from postledger.recovery.interrupted import RecoveryPlan
-from postledger.settings import Settings
+from postledger.settings import BUNDLED_SIMULATOR, Settings
 
 UNFINISHED = (
     PostStatus.PENDING,
@@ -105,6 +106,8 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
             **spend,
             "unit": "confirmed, possible, wasted: micro-units (1000000 = 1 currency unit)",
             "shown": {k: money(spend[k]) for k in ("confirmed", "possible", "wasted")},
+            # Every batch went to `postledger run`'s bundled simulator: nothing was paid.
+            "simulated": batches.upstreams == {BUNDLED_SIMULATOR},
         },
         # Running batches of a run that is not running any more: they wait for a person's
         # yes (see `postledger plan`); while a run is going, they are simply in flight.
@@ -164,6 +167,8 @@ def status_table(report: dict[str, Any]) -> Table:
     table.add_row("batches in flight", str(report["batches"][BatchStatus.RUNNING.value]))
     shown = report["spend"]["shown"]
     table.add_row("spend confirmed / possible / wasted", " / ".join(shown.values()))
+    if report["spend"]["simulated"]:
+        table.add_row("spend", SIMULATED_SPEND)
     retries = report["retries"]
     table.add_row(
         "retries business / requeues / request",

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 
 from postledger.guards.spend import money
 
-SIMULATED = " (simulated: the bundled simulator, nothing paid)"
+SIMULATED_SPEND = "simulated: the bundled simulator, nothing paid"
+SIMULATED = f" ({SIMULATED_SPEND})"
 
 
 def duration(seconds: float) -> str:

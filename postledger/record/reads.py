@@ -31,6 +31,7 @@ class BatchFigures:
     request_retries: int  # request-layer retries of every batch (R16)
     bisected: int  # batches whose unusable output was split in halves (R12)
     running: list[str]  # the ids of the running ones, in start order
+    upstreams: frozenset[str]  # the breaker names of the upstreams its batches were sent to
 
 
 class LedgerError(RuntimeError):
@@ -198,11 +199,17 @@ class LedgerReads:
                 .where(month_only, BatchRecord.status == BatchStatus.RUNNING)
                 .order_by(col(BatchRecord.seq))
             ).all()
+            upstreams = session.exec(
+                select(BatchRecord.upstream)
+                .where(month_only, col(BatchRecord.upstream).is_not(None))
+                .distinct()
+            ).all()
         return BatchFigures(
             counts={BatchStatus(status): n for status, n in counts},
             request_retries=int(retries),
             bisected=int(bisected),
             running=list(running),
+            upstreams=frozenset(u for u in upstreams if u is not None),
         )
 
     def posts_of(self, batch_id: str) -> list[PostRecord]:

@@ -105,10 +105,17 @@ def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
     assert report["month"] == "2026-10"
     assert report["counts"]["completed"] == 300
     assert report["unfinished"] == 0
+    assert report["spend"]["simulated"] is True  # every batch went to the bundled simulator
 
     table = postledger("status", "--month", "2026-10", "--failed", cwd=tmp_path)
     assert "completed" in table.stdout and "300" in table.stdout
     assert "No post of 2026-10 has failed." in table.stdout
+    assert "simulated: the bundled simulator, nothing paid" in one_line(table.stdout)
+
+    written = postledger("report", "--month", "2026-10", "--out", "out", cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    summary = (tmp_path / "out" / "summary-2026-10.md").read_text()
+    assert "| spend | simulated: the bundled simulator, nothing paid |" in summary
 
 
 @pytest.mark.parametrize(

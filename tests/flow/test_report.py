@@ -160,6 +160,7 @@ def test_report_round_trips_a_month(
         assert counted == dict(Counter(row[name] for row in rows)), summary
         assert len(counted) >= 3 and sum(counted.values()) == 12
     assert f"exactly ({money(totals['confirmed'])})" in summary
+    assert "simulated" not in summary  # the test's simulator stands for a real upstream
 
     # --text: each post's text too, after its own fields.
     texts = tmp_path / "with-text"
