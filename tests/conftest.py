@@ -99,17 +99,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The PostgreSQL pass runs the tests whose ledger it decides (those using `ledger_url`),
-    the ones that run postledger in other processes (crashes, restarts, a real server)
-    included; the others would run exactly as in the SQLite pass."""
+    the ones that run postledger in other processes (crashes, restarts) included; the others
+    would run exactly as in the SQLite pass."""
     _group_for_xdist(config, items)
     if not LEDGER_ON_POSTGRES:
         return
-    keep = [item for item in items if "ledger_url" in getattr(item, "fixturenames", ())]
+    keep = [
+        item
+        for item in items
+        if "ledger_url" in getattr(item, "fixturenames", ())
+        # A real `prefect server start` is started once, for the SQLite pass: what its runs
+        # write to the ledger, the same scenarios write on the embedded server here, and
+        # test_deployment runs a deployment on it with the ledger on PostgreSQL.
+        and not _on_a_real_server(item)
+    ]
     keep = _one_case_per_kind(keep)
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def _on_a_real_server(item: pytest.Item) -> bool:
+    """The test runs on the `prefect_server` fixture (named, or in its xdist group)."""
+    groups = {str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args}
+    return "prefect_server" in getattr(item, "fixturenames", ()) or "prefect_server" in groups
 
 
 def _one_case_per_kind(items: list[pytest.Item]) -> list[pytest.Item]:

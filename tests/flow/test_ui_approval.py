@@ -55,7 +55,6 @@ pytestmark = [
     needs_chromium,
     pytest.mark.processes,
     pytest.mark.xdist_group("prefect_server"),  # one real server per pytest session, not per worker
-    pytest.mark.one_case_per_kind_on_postgres,  # the two UIs answer alike; the ledger is the same
 ]
 
 
