@@ -120,10 +120,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+def _xdist_groups(item: pytest.Item) -> set[str]:
+    return {str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args}
+
+
 def _on_a_real_server(item: pytest.Item) -> bool:
     """The test runs on the `prefect_server` fixture (named, or in its xdist group)."""
-    groups = {str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args}
-    return "prefect_server" in getattr(item, "fixturenames", ()) or "prefect_server" in groups
+    named = "prefect_server" in getattr(item, "fixturenames", ())
+    return named or "prefect_server" in _xdist_groups(item)
 
 
 def _one_case_per_kind(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -131,13 +135,12 @@ def _one_case_per_kind(items: list[pytest.Item]) -> list[pytest.Item]:
     case for each upstream kind (its `kind` parameter, if it has one): its other cases differ in
     the fault or the screen, not in what they write to the ledger, and every case runs on the
     SQLite pass."""
-    seen: set[tuple[str, str, object]] = set()
+    seen: set[tuple[Path, str, object]] = set()
     kept = []
     for item in items:
         if item.get_closest_marker("one_case_per_kind_on_postgres") is not None:
             params = getattr(getattr(item, "callspec", None), "params", {})
-            test = getattr(item, "originalname", item.name)
-            key = (item.nodeid.split("::")[0], test, params.get("kind"))
+            key = (item.path, getattr(item, "originalname", item.name), params.get("kind"))
             if key in seen:
                 continue
             seen.add(key)
@@ -158,7 +161,7 @@ def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
         return
 
     for item in items:
-        names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        names = sorted(_xdist_groups(item))
         if names and "@" not in item.nodeid:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
 
