@@ -26,6 +26,7 @@ from tests.helpers import (
     child_env,
     flow_run_state,
     in_background,
+    on_worker_server,
     postledger,
     running,
     start_sim,
@@ -44,6 +45,10 @@ TRIPPED_THEN_CONTINUED = [
     (L.PROBE, L.NORMAL),
 ]
 SIMULATOR = {"latency": 0.3}  # the `faulty` fixture's
+# One post per batch (`fast_decisions`). The breaker trips at the third and fourth, so some
+# fourteen batches are left after it closes: enough for two of them to overlap, and for "asked
+# while half the work was left" to mean something (see `assert_back_to_two`).
+BATCHES = 20
 
 
 # --- the flow obeys it -----------------------------------------------------------------------
@@ -144,22 +149,23 @@ def level_changes(ledger: Ledger, sim: Sim) -> list[tuple[BreakerLevel, BreakerL
 
 
 @pytest.mark.processes  # runs postledger in other processes
+@pytest.mark.prefect_side  # the window; the breaker's ledger records: the restart test
 @pytest.mark.parametrize("faulty", ["create:reset#3"], indirect=True)
 def test_one_final_transport_failure_sends_one_at_a_time_until_a_success(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:
     from flows.monthly import monthly_posts
 
-    # Enough batches after the close for two to overlap, and for "asked while half the
-    # work was left" to mean something (see assert_back_to_two).
-    state = monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 40)), return_state=True)
+    state = monthly_posts(
+        month=MONTH, posts_path=str(posts_file(tmp_path, BATCHES)), return_state=True
+    )
     assert state.is_completed(), state
 
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     (_, probe, tripped), (_, normal, closed) = level_changes(ledger, faulty)
     assert (probe, normal) == (L.PROBE, L.NORMAL)
     charges = faulty.charges()
-    assert len(charges) == 40  # the refused create made nothing; its batch was sent again
+    assert len(charges) == BATCHES  # the refused create made nothing; its batch was sent again
     assert peak_in_flight(charges, tripped, closed) == 1
     # At least the probe was sent in between (and possibly a batch already marked `running`
     # before the trip, whose create reached the upstream just after it).
@@ -182,7 +188,11 @@ def approve_in_another_process(ledger_url: str, *args: str) -> subprocess.Comple
 
 @pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
-@pytest.mark.parametrize("answer_with", ["postledger approve", "resume_flow_run"])
+@pytest.mark.parametrize(
+    "answer_with",
+    # The answer reaches the ledger the same way from both; resuming in Prefect is Prefect's.
+    ["postledger approve", pytest.param("resume_flow_run", marks=pytest.mark.prefect_side)],
+)
 def test_second_failure_opens_pauses_and_continue_probes_first(
     prefect_harness: None,
     faulty: Sim,
@@ -191,7 +201,7 @@ def test_second_failure_opens_pauses_and_continue_probes_first(
     tmp_path: Path,
     answer_with: str,
 ) -> None:
-    thread, outcome = run_in_background(tmp_path, 40)  # enough after the close: see above
+    thread, outcome = run_in_background(tmp_path, BATCHES)
     question = wait_for("the paused run's question", lambda: ledger.approvals.waiting(MONTH))
     assert wait_for("Paused", lambda: flow_run_state(question.flow_run_id) == "PAUSED")
     sent = creates(faulty)
@@ -284,9 +294,10 @@ def breaker_level(env: dict[str, str], cwd: Path, upstream: str) -> str:
 @pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
 def test_the_breaker_and_the_answer_survive_a_restart(
-    faulty: Sim, ledger_url: str, tmp_path: Path
+    faulty: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Every step is its own process: nothing but the ledger carries the state across."""
+    """Every step is its own process: nothing but the ledger carries the state across, not
+    even the Prefect server (the second run goes to another one, as a deployment's would)."""
     upstream = faulty.url.removeprefix("http://")
     env = child_env(POSTLEDGER_APPROVAL_TIMEOUT="2")
     posts = str(posts_file(tmp_path, 12))
@@ -309,7 +320,15 @@ def test_the_breaker_and_the_answer_survive_a_restart(
     assert answered.returncode == 0, answered.stderr
     assert breaker_level(env, tmp_path, upstream) == "probe"
 
-    second = postledger("run", "--month", MONTH, "--posts", posts, cwd=tmp_path, env=env)
+    second = postledger(
+        "run",
+        "--month",
+        MONTH,
+        "--posts",
+        posts,
+        cwd=tmp_path,
+        env={**env, **on_worker_server(request)},
+    )
     assert second.returncode == 0, second.stdout + second.stderr
 
     ledger = Ledger(ledger_url)
@@ -340,6 +359,7 @@ def slow_faulty(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 
 
 @pytest.mark.processes  # runs postledger in other processes
+@pytest.mark.prefect_side  # the window; the breaker's ledger records: the restart test
 @pytest.mark.parametrize(
     "server",
     [
