@@ -345,7 +345,9 @@ def add_openai_routes(
         errors = (
             {"object": "list", "data": batch.line_errors or failed} if status == "failed" else None
         )
-        return {
+        # A field that has no value yet is left out, as OpenAI's document describes a batch
+        # (its optional fields are not nullable); readers must not count on either.
+        body = {
             "id": batch.id,
             "object": "batch",
             "endpoint": ENDPOINT,
@@ -366,6 +368,7 @@ def add_openai_routes(
             or {"total": len(batch.task.posts), "completed": 0, "failed": 0},
             "metadata": batch.metadata,
         }
+        return {name: value for name, value in body.items() if value is not None}
 
     @app.post("/v1/batches")
     async def create_batch(request: Request) -> Any:
@@ -467,13 +470,8 @@ def add_openai_routes(
             newest_first = newest_first[ids.index(after) + 1 :] if after in ids else []
         page = newest_first[:limit]
         data = [batch_body(b) for b in page]
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": len(newest_first) > limit,
-        }
+        ends = {"first_id": data[0]["id"], "last_id": data[-1]["id"]} if data else {}
+        return {"object": "list", "data": data, **ends, "has_more": len(newest_first) > limit}
 
     @app.get("/v1/batches/{batch_id}")
     async def get_batch(batch_id: str, request: Request) -> Any:
