@@ -39,12 +39,13 @@ class PostledgerUpstream(Block):
         default=None,
         description="The protocol: task_api (the bundled simulator's async task API), "
         "openai_chat (OpenAI-compatible chat completions), openai_batch (OpenAI Batch API), "
-        "anthropic_messages (Anthropic's Messages API). See docs/upstreams.md.",
+        "anthropic_messages (Anthropic's Messages API), anthropic_batch (Anthropic's Message "
+        "Batches API). See docs/upstreams.md.",
     )
     base_url: str | None = Field(
         default=None,
         description="e.g. https://api.openai.com/v1 (OpenAI kinds: with /v1), "
-        "https://api.anthropic.com (anthropic_messages: the root)",
+        "https://api.anthropic.com (Anthropic's kinds: the root)",
     )
     name: str | None = Field(
         default=None,
@@ -52,7 +53,7 @@ class PostledgerUpstream(Block):
         "host:port of the base URL.",
     )
     api_key: SecretStr | None = Field(
-        default=None, description="Sent as Authorization: Bearer (anthropic_messages: x-api-key)."
+        default=None, description="Sent as Authorization: Bearer (Anthropic's kinds: x-api-key)."
     )
     model: str | None = Field(default=None, description="Model name, e.g. gpt-4o-mini.")
     prompt: str | None = Field(default=None, description="The instructions sent with a batch.")
@@ -69,7 +70,7 @@ class PostledgerUpstream(Block):
         description="openai_chat, anthropic_messages: seconds to wait for one answer.",
     )
     max_output_tokens: int | None = Field(
-        default=None, ge=1, description="anthropic_messages: max_tokens of each request."
+        default=None, ge=1, description="Anthropic's kinds: max_tokens of each request."
     )
     poll_interval: float | None = Field(
         default=None, gt=0, description="Seconds between polls of an upstream task."

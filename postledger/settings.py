@@ -36,6 +36,7 @@ class UpstreamKind(StrEnum):
     OPENAI_CHAT = "openai_chat"  # POST {base}/chat/completions: synchronous, no task id
     OPENAI_BATCH = "openai_batch"  # the OpenAI Batch API: {base}/files + {base}/batches
     ANTHROPIC_MESSAGES = "anthropic_messages"  # POST {root}/v1/messages: synchronous, no id
+    ANTHROPIC_BATCH = "anthropic_batch"  # POST {root}/v1/messages/batches: polled, no metadata
 
     def base_url_of(self, root: str) -> str:
         """The base URL of this kind for a server at `root`: OpenAI's kinds take the base URL
@@ -74,15 +75,17 @@ class Settings(BaseSettings):
     upstream_kind: UpstreamKind = Field(
         default=UpstreamKind.TASK_API,
         description="the protocol of the upstream: task_api (default), openai_chat (chat "
-        "completions, synchronous), openai_batch (the OpenAI Batch API) or "
-        "anthropic_messages (Anthropic's Messages API, synchronous)",
+        "completions, synchronous), openai_batch (the OpenAI Batch API), "
+        "anthropic_messages (Anthropic's Messages API, synchronous) or anthropic_batch "
+        "(Anthropic's Message Batches API)",
     )
     upstream_url: str | None = Field(
         default=None,
         description="base URL of the upstream. task_api: the server root (the client adds "
         "/v1/tasks); openai_chat and openai_batch: the OpenAI-style base URL with its version "
         "path, as the openai SDK's base_url (e.g. https://api.openai.com/v1); "
-        "anthropic_messages: the API's root, as the anthropic SDK's base_url (e.g. "
+        "anthropic_messages and anthropic_batch: the API's root, as the anthropic SDK's "
+        "base_url (e.g. "
         "https://api.anthropic.com). Unset: `postledger run` starts the simulator",
     )
     upstream_name: str | None = Field(
@@ -92,7 +95,7 @@ class Settings(BaseSettings):
     )
     api_key: SecretStr | None = Field(
         default=None,
-        description="sent as Authorization: Bearer (anthropic_messages: as x-api-key)",
+        description="sent as Authorization: Bearer (Anthropic's kinds: as x-api-key)",
     )
     model: str = "sim-analyst-1"
     prompt: str = DEFAULT_PROMPT
@@ -127,7 +130,8 @@ class Settings(BaseSettings):
     max_output_tokens: int = Field(
         default=4096,
         ge=1,
-        description="anthropic_messages: max_tokens of each request (the API requires one); "
+        description="anthropic_messages, anthropic_batch: max_tokens of each request (the API "
+        "requires one); "
         "25 analyses take about 2 000. An answer cut off by it is checked like any other: "
         "its missing posts are sent again",
     )
@@ -206,9 +210,12 @@ class Settings(BaseSettings):
 
     def wait_deadline(self) -> float:
         """Seconds to wait for one upstream task. A Batch API batch may take its whole
-        completion window: giving up sooner would leave its paid results unread."""
+        completion window (a Message Batch: 24 h): giving up sooner would leave its paid
+        results unread."""
         if self.upstream_kind is UpstreamKind.OPENAI_BATCH:
             return max(self.task_deadline, _seconds(self.completion_window) + 3600)
+        if self.upstream_kind is UpstreamKind.ANTHROPIC_BATCH:
+            return max(self.task_deadline, _seconds("24h") + 3600)
         return self.task_deadline
 
     def honours_keys(self) -> bool:

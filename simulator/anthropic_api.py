@@ -199,6 +199,18 @@ def refused(decision: Decision) -> Response:
     return anthropic_error(403, "permission_error", "Your API key does not have permission.")
 
 
+async def before_create(decision: Decision | None) -> Response | None:
+    """The answer of a create fault that fires before anything is made: a refusal, or a
+    transport fault. None: the create goes on (a fault after it is the caller's)."""
+    if decision is None:
+        return None
+    if decision.fault in CREATE_REFUSED:
+        return refused(decision)
+    if decision.fault not in CREATE_AFTER:
+        return await transport_fault(decision, status_answer)  # nothing was made
+    return None
+
+
 def status_answer(status: int) -> Response:
     """A server-side status in Anthropic's words: its overload is a 529."""
     if status == 503:
@@ -226,10 +238,8 @@ def add_anthropic_routes(
         if (problem := problem_of(request, body)) is not None:
             return anthropic_error(400, "invalid_request_error", problem)
         decision = faults.decide(Route.CREATE)
-        if decision is not None and decision.fault in CREATE_REFUSED:
-            return refused(decision)
-        if decision is not None and decision.fault not in CREATE_AFTER:
-            return await transport_fault(decision, status_answer)  # nothing was made
+        if (early := await before_create(decision)) is not None:
+            return early
         if faults.decide(Route.TASK) is not None:  # the model failed: nothing billed
             return anthropic_error(500, "api_error", "Internal server error")
         system = {"role": "system", "content": _system_text(body.get("system"))}

@@ -11,7 +11,8 @@ POST /_sim/reset          {latency, seed, honour_keys, faults}: forget every tas
 
 The OpenAI protocols, with the same faults and the same charge log: see
 `simulator.openai_api` (/v1/chat/completions, /v1/files, /v1/batches); Anthropic's Messages
-API: `simulator.anthropic_api` (/v1/messages).
+API: `simulator.anthropic_api` (/v1/messages); its Message Batches API:
+`simulator.anthropic_batches` (/v1/messages/batches).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from simulator.anthropic_api import add_anthropic_routes
+from simulator.anthropic_batches import add_anthropic_batch_routes
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route, load_plan
 from simulator.openai_api import add_openai_routes
 from simulator.outputs import spoil_output
@@ -166,6 +168,7 @@ def create_app(
         return api_key is None or hmac.compare_digest(given, api_key)
 
     add_anthropic_routes(app, upstream, faults, key_matches)
+    forget_anthropic_batches = add_anthropic_batch_routes(app, upstream, faults, key_matches)
 
     @app.get("/_sim/charges")
     async def charges() -> Any:
@@ -196,6 +199,7 @@ def create_app(
         upstream.reset(latency=options.latency, seed=options.seed, honour_keys=options.honour_keys)
         faults.replace(plan)
         forget_openai()
+        forget_anthropic_batches()
         return {"plan": plan.model_dump(mode="json")}
 
     @app.post("/_sim/tasks/{task_id}/forget")

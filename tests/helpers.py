@@ -722,7 +722,13 @@ def in_background(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str
 
 # --- the simulator -------------------------------------------------------------------------
 
-UPSTREAM_KINDS = ("task_api", "openai_chat", "openai_batch", "anthropic_messages")
+UPSTREAM_KINDS = (
+    "task_api",
+    "openai_chat",
+    "openai_batch",
+    "anthropic_messages",
+    "anthropic_batch",
+)
 
 
 class Sim:

@@ -1,4 +1,4 @@
-"""One upstream interface, four protocols (docs/upstreams.md).
+"""One upstream interface, five protocols (docs/upstreams.md).
 
 Every upstream is used the same way: `create` a task for a batch (paid), `wait_for_task` until
 it ends, and — when the upstream can list what it made — `find_task` by the batch's metadata.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from postledger.settings import Settings, UpstreamKind
+from postledger.upstreams.anthropic_batch import AnthropicBatchClient
 from postledger.upstreams.anthropic_messages import AnthropicMessagesClient
 from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot
 from postledger.upstreams.http import HttpUpstream, Timeouts
@@ -72,6 +73,7 @@ _CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
     UpstreamKind.OPENAI_CHAT: OpenAIChatClient,
     UpstreamKind.OPENAI_BATCH: OpenAIBatchClient,
     UpstreamKind.ANTHROPIC_MESSAGES: AnthropicMessagesClient,
+    UpstreamKind.ANTHROPIC_BATCH: AnthropicBatchClient,
 }
 
 
@@ -104,6 +106,10 @@ def upstream_for(settings: Settings) -> Upstream:
     if kind is UpstreamKind.ANTHROPIC_MESSAGES:
         return AnthropicMessagesClient(
             url, timeouts=answered, max_tokens=settings.max_output_tokens, **common
+        )
+    if kind is UpstreamKind.ANTHROPIC_BATCH:
+        return AnthropicBatchClient(
+            url, timeouts=timeouts, max_tokens=settings.max_output_tokens, **common
         )
     if kind is UpstreamKind.OPENAI_BATCH:
         return OpenAIBatchClient(

@@ -40,8 +40,10 @@ def anthropic_headers(api_key: SecretStr | None) -> dict[str, str]:
     return headers
 
 
-class AnthropicMessagesClient(HttpUpstream):
-    has_task_ids = False
+class AnthropicUpstream(HttpUpstream):
+    """What Anthropic's APIs share: the key in `x-api-key` beside the API version, no
+    idempotency key, 529 for an overload, a base URL given as the root or with its /v1."""
+
     transient_statuses = TRANSIENT_STATUS | {OVERLOADED}
     statuses_that_may_charge = frozenset({500, 502, 504})
     base_url_hint = "the API's root, e.g. https://api.anthropic.com (with or without /v1)"
@@ -51,15 +53,19 @@ class AnthropicMessagesClient(HttpUpstream):
         self.honours_keys = False  # the API takes no idempotency key
         self.max_tokens = max_tokens
         # The SDK's base URL is the root; a gateway's is often given with its /v1.
-        self._messages = "/messages" if self.base_url.endswith("/v1") else "/v1/messages"
+        self._v1 = "" if self.base_url.endswith("/v1") else "/v1"
 
     def auth_headers(self, api_key: SecretStr | None) -> dict[str, str]:
         return anthropic_headers(api_key)
 
+
+class AnthropicMessagesClient(AnthropicUpstream):
+    has_task_ids = False
+
     async def create(self, request: CreateRequest) -> Created:
         """Send the batch as one message and return its answer (paid)."""
         body = messages_body(request.model, request.prompt, request.posts, self.max_tokens)
-        response = await self._send("POST", self._messages, json=body)
+        response = await self._send("POST", f"{self._v1}/messages", json=body)
         output, usage, error = message_result(accepted_body(response))
         status = TaskStatus.SUCCEEDED if output is not None else TaskStatus.FAILED
         return Created(

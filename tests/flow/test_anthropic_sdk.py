@@ -85,3 +85,34 @@ def test_a_wrong_key_and_malformed_requests_are_refused_as_anthropic_refuses_the
         assert answer.status_code == 400 and json.loads(answer.text)["error"]["message"] == (
             "max_tokens: Field required"
         )
+
+
+def test_a_message_batch_of_the_adapters_request_goes_through_the_official_client() -> None:
+    """The Message Batches API as the SDK types it: create, retrieve until ended, results
+    (read from `results_url`); a request the API refuses is refused before anything is made."""
+    import time
+
+    with simulator_process(latency=0.05, api_key=SECRET) as url:
+        batches = client(url).messages.batches
+        made = batches.create(requests=[{"custom_id": "2026-10-b0001", "params": our_request()}])
+        assert made.type == "message_batch" and made.processing_status == "in_progress"
+        deadline = time.monotonic() + 30
+        while (seen := batches.retrieve(made.id)).processing_status != "ended":
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.05)
+        assert seen.request_counts.succeeded == 1 and seen.results_url
+        (line,) = list(batches.results(made.id))
+        assert line.custom_id == "2026-10-b0001" and line.result.type == "succeeded"
+        (block,) = line.result.message.content
+        assert block.type == "tool_use" and block.name == TOOL_NAME
+        assert block.input == {"results": [analyse(i, text) for i, text in POSTS]}
+        assert [c["post_ids"] for c in Sim(url).charges()] == [["a", "b"]]
+
+        twice = [{"custom_id": "same", "params": our_request()}] * 2
+        with pytest.raises(anthropic.BadRequestError, match="custom_id"):
+            batches.create(requests=twice)
+        with pytest.raises(anthropic.BadRequestError, match="custom_id"):
+            batches.create(requests=[{"custom_id": "no spaces", "params": our_request()}])
+        with pytest.raises(anthropic.NotFoundError):
+            batches.retrieve("msgbatch_nothing")
+        assert len(Sim(url).charges()) == 1

@@ -43,9 +43,12 @@ FAST_TIMINGS = {
     "create_settle": "0.5",  # openai_batch: a lost create's batch is looked for after this
     "chat_timeout": "1",  # openai_chat: its read timeout
 }
-TASK_API, CHAT, BATCH, MESSAGES = UPSTREAM_KINDS
+TASK_API, CHAT, BATCH, MESSAGES, MESSAGE_BATCHES = UPSTREAM_KINDS
 SYNCHRONOUS = (CHAT, MESSAGES)  # answered at once: no task id, no idempotency key
-WITH_TASKS = (TASK_API, BATCH)  # the kinds whose upstream keeps a task (a batch) to poll
+# The kinds whose upstream keeps a task (a batch) to poll.
+WITH_TASKS = (TASK_API, BATCH, MESSAGE_BATCHES)
+# Those that bill a task that failed upstream (Anthropic bills no errored request).
+BILL_FAILED_TASKS = (TASK_API, BATCH)
 
 
 def cases(kinds: tuple[str, ...], *faults: str | tuple[Any, ...]) -> list[Any]:
@@ -94,7 +97,7 @@ def test_one_invalid_post_is_retried_alone(
 
 @pytest.mark.parametrize(
     ("kind", "faulty"),
-    cases((TASK_API, *SYNCHRONOUS), "output:not_json#1")
+    cases((TASK_API, *SYNCHRONOUS, MESSAGE_BATCHES), "output:not_json#1")
     + cases((TASK_API,), "output:wrong_shape#1", "output:unknown_ids#1"),
     indirect=["faulty"],
 )
@@ -194,7 +197,7 @@ def test_rate_limited_posts_wait_then_complete(
     )
     + cases((TASK_API,), ("create:quota_429#1", FailureKind.QUOTA))
     # Anthropic: "quota" is a 400 saying the credit balance is too low, this a 402.
-    + cases((MESSAGES,), ("create:quota_429#1", FailureKind.QUOTA)),
+    + cases((MESSAGES, MESSAGE_BATCHES), ("create:quota_429#1", FailureKind.QUOTA)),
     indirect=["faulty"],
 )
 def test_credential_faults_stop_the_run_without_any_retry(
@@ -261,6 +264,10 @@ def test_transport_fault_is_retried_and_charged_once(
     elif kind in SYNCHRONOUS:  # the answer is the output, no task to poll
         assert batch.upstream_task_id is None
         assert batch.usage and batch.usage["input_tokens"] > 0 and batch.usage["output_tokens"] > 0
+    elif kind == MESSAGE_BATCHES:  # the Message Batch's id; its one request is the batch
+        assert batch.upstream_task_id and batch.upstream_task_id.startswith("msgbatch_")
+        assert batch.charge is Charge.CONFIRMED
+        assert charge["idempotency_key"] == batch.batch_id  # the request's custom_id
     else:  # the Batch API: its batch's id; the key travels in the batch's metadata
         assert batch.upstream_task_id and batch.upstream_task_id.startswith("batch_")
         assert batch.charge is Charge.CONFIRMED
@@ -293,11 +300,12 @@ def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
 
 @pytest.mark.parametrize(
     ("kind", "faulty"),
-    # The task API said not to honour keys; chat completions never do. (The Batch API finds
-    # what such a create made by its metadata: tests/flow/test_openai_batch.py.)
-    cases((TASK_API, *SYNCHRONOUS), "create:timeout_after_create#1;hold=3")
+    # The task API said not to honour keys; chat completions and Message Batches never do,
+    # and a Message Batch cannot be found again. (The Batch API finds what such a create made
+    # by its metadata: tests/flow/test_openai_batch.py.)
+    cases((TASK_API, *SYNCHRONOUS, MESSAGE_BATCHES), "create:timeout_after_create#1;hold=3")
     # A 500 that came after the model ran and was billed (as behind a gateway).
-    + cases(SYNCHRONOUS, "create:http_500_after_create#1"),
+    + cases((*SYNCHRONOUS, MESSAGE_BATCHES), "create:http_500_after_create#1"),
     indirect=["faulty"],
 )
 def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
@@ -360,7 +368,7 @@ def test_connection_refused_costs_nothing_and_is_bounded(
 
 
 @pytest.mark.parametrize(
-    ("kind", "faulty"), cases(WITH_TASKS, "task:task_failed#1"), indirect=["faulty"]
+    ("kind", "faulty"), cases(BILL_FAILED_TASKS, "task:task_failed#1"), indirect=["faulty"]
 )
 def test_failed_upstream_task_is_a_paid_business_retry(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
@@ -371,6 +379,26 @@ def test_failed_upstream_task_is_a_paid_business_retry(
     assert ledger.batches(MONTH)[0].failure_kind is FailureKind.UPSTREAM_FAILED
     assert all(p.attempts == 2 for p in ledger.posts(MONTH))
     assert_attempts_are_charges(ledger, faulty)
+
+
+@pytest.mark.parametrize(
+    ("kind", "faulty"),
+    cases((MESSAGE_BATCHES,), "task:task_failed#1", "task:expired#1", "task:cancelled#1"),
+    indirect=["faulty"],
+)
+def test_a_request_anthropic_did_not_run_is_a_business_retry_that_cost_nothing(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    """An errored, expired or canceled request of a Message Batch is not billed, and the batch
+    is sent again: only the second one is charged. (The ledger books the first as wasted at
+    its estimate, the safe side: a failed task's usage is not carried through yet.)"""
+    run(tmp_path, 25)
+    assert statuses(ledger) == {"completed": 25}
+    assert [len(c["post_ids"]) for c in faulty.charges()] == [25]
+    first, *_ = ledger.batches(MONTH)
+    assert first.failure_kind is FailureKind.UPSTREAM_FAILED
+    assert "not billed" in (first.failure_reason or "")
+    assert all(p.attempts == 2 for p in ledger.posts(MONTH))
 
 
 @pytest.mark.parametrize(
