@@ -11,7 +11,8 @@ them or over 256 MB, a `custom_id` that is not 1–64 letters, digits, `_` or `-
 twice, and any request whose `params` the Messages API would refuse (`problem_of`). Each
 request is run as one Messages API call would be. Requests that do not succeed are not billed,
 as Anthropic bills only the ones that did: a `task:task_failed` fault makes a request
-`errored`, `task:expired` makes it `expired`, `task:cancelled` `canceled`. Create faults are
+`errored`, `task:expired` makes it `expired`, `task:cancelled` `canceled`; a request a
+cancel stops before its end is `canceled` and its charge is taken back. Create faults are
 the Messages API's; a `poll:forget` loses the batch (404 `not_found_error`).
 """
 
@@ -150,6 +151,9 @@ def add_anthropic_batch_routes(
         ended = batch.ended(now)
         if ended and not batch.results:
             batch.results = [_result(r, batch.cancel_at) for r in batch.requests]
+            for asked, result in zip(batch.requests, batch.results, strict=True):
+                if asked.fate == "succeeded" and result["result"]["type"] == "canceled":
+                    upstream.bill_only(asked.task.task_id, [])  # it never ran to its end
         counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
         for result in batch.results:
             counts[result["result"]["type"]] += 1
@@ -251,9 +255,7 @@ def _result(request: _Request, cancel_at: float | None) -> dict[str, Any]:
     """One line of the results file."""
     task, fate = request.task, request.fate
     if fate == "succeeded" and cancel_at is not None and cancel_at < task.done_at:
-        # It had not finished when the cancel came. Anthropic would not bill it; the simulator
-        # bills a request when it starts, so its charge stays (a known difference).
-        fate = "canceled"
+        fate = "canceled"  # it had not finished when the cancel came: not billed
     if fate == "succeeded":
         answer = message(task.model, task.output, request.tool, task.input_tokens)
         result: dict[str, Any] = {"type": "succeeded", "message": answer}

@@ -330,6 +330,8 @@ def add_openai_routes(
                 f"{batch.id}_error.jsonl", "batch_output", _jsonl(errors)
             ).id
         batch.counts = {"total": len(posts), "completed": len(out), "failed": len(errors)}
+        if status != "completed":  # expired or cancelled: billed for the requests that ran
+            upstream.bill_only(task.task_id, done)
 
     def batch_body(batch: SimBatch) -> dict[str, Any]:
         now = time.monotonic()

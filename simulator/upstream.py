@@ -10,7 +10,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -152,6 +152,27 @@ class Upstream:
             )
             self.max_in_flight = max(self.max_in_flight, self._in_flight(now))
             return task, True
+
+    def bill_only(self, task_id: str, post_ids: list[str]) -> None:
+        """A task that ended before all its posts ran (an expired or cancelled batch): its
+        charge covers only the posts that ran, as the providers bill; none ran, no charge."""
+        with self.lock:
+            task = self.tasks.get(task_id)
+            found = [i for i, c in enumerate(self.charges) if c.task_id == task_id]
+            if task is None or not found:
+                return
+            (index,) = found[-1:]
+            ran = [(pid, text) for pid, text in task.posts if pid in set(post_ids)]
+            if not ran:
+                del self.charges[index]
+                return
+            output = write_output(ran)
+            self.charges[index] = replace(
+                self.charges[index],
+                post_ids=[pid for pid, _ in ran],
+                input_tokens=count_tokens(task.prompt) + sum(count_tokens(t) for _, t in ran),
+                output_tokens=count_tokens(output),
+            )
 
     def get(self, task_id: str) -> SimTask | None:
         with self.lock:
