@@ -36,7 +36,12 @@ from postledger.recovery.interrupted import finish_from_output
 from postledger.settings import Settings, current_settings
 from postledger.upstreams import UpstreamNotConfigured, can_list, check_configured
 from postledger.upstreams.calls import TaskSnapshot
-from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
+from postledger.upstreams.errors import (
+    AmbiguousCreate,
+    TaskFailed,
+    TransportError,
+    UpstreamError,
+)
 from tasks.outcome import (
     BatchOutcome,
     HeldByBreaker,
@@ -199,8 +204,9 @@ async def _result_of(trip: _Trip, resume: bool) -> tuple[TaskSnapshot, str | Non
             batch.batch_id, task_id, trip.ledger.url
         )
     if snapshot.output is None:
-        raise UpstreamError(
-            f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}"
+        raise TaskFailed(
+            f"the upstream task ended {snapshot.status}: {snapshot.error or 'no output'}",
+            billed=snapshot.billed,
         )
     return snapshot, task_id
 

@@ -10,6 +10,7 @@ from postledger.upstreams.errors import (
     AmbiguousCreate,
     EndpointNotFound,
     RejectedError,
+    TaskFailed,
     TaskStillRunning,
     TaskUnknownError,
     TransportError,
@@ -74,4 +75,6 @@ def failure_of(error: UpstreamError) -> Failure:
         return Failure(kind, str(error), Reach.NEVER, misconfigured=True)
     if isinstance(error, RejectedError) and not isinstance(error, TaskUnknownError):
         return Failure(kind, str(error), Reach.NEVER, retry_after=error.retry_after)
+    if isinstance(error, TaskFailed) and not error.billed:
+        return Failure(kind, str(error), Reach.MAYBE, unbilled=True)
     return Failure(kind, str(error), Reach.MAYBE)

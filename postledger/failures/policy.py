@@ -43,6 +43,9 @@ class Failure:
     # The request could not be made as configured (a wrong base URL, no upstream): nothing was
     # charged, the posts wait for the fix, and the run stops with what to change.
     misconfigured: bool = False
+    # The upstream said the failed task was not billed: its charge is given back (the attempt
+    # still counts against the cap).
+    unbilled: bool = False
 
 
 @dataclass(frozen=True)
@@ -276,12 +279,14 @@ def _after_failure(
         )
 
     if failure.kind is FailureKind.UPSTREAM_FAILED:
-        # The upstream said the work failed: paid for, and worth one more paid attempt.
+        # The upstream said the work failed: paid for (unless it said otherwise), and worth
+        # one more attempt.
         return Decision(
             BatchStatus.FAILED,
             failure.reason,
             kind=failure.kind,
             moves=[retry_or_fail(p, failure.reason, failure.kind, limits) for p in posts],
+            nothing_charged=failure.unbilled,
         )
 
     wait = _wait_seconds(failure, limits)

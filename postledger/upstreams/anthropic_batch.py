@@ -81,9 +81,17 @@ class AnthropicBatchClient(AnthropicUpstream):
                 return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error)
             return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, output, usage, None)
         if kind == "errored":
-            return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, _errored(result))
-        why = _NOT_RUN.get(kind, f"the request ended as {kind!r}")
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, why)
+            return TaskSnapshot(
+                task_id, TaskStatus.FAILED, None, None, _errored(result), billed=False
+            )
+        if kind in _NOT_RUN:
+            return TaskSnapshot(
+                task_id, TaskStatus.FAILED, None, None, _NOT_RUN[kind], billed=False
+            )
+        # A result Anthropic does not document: taken as billed, the safe side.
+        return TaskSnapshot(
+            task_id, TaskStatus.FAILED, None, None, f"the request ended as {kind!r}"
+        )
 
     async def _result(self, task_id: str, results_url: Any) -> dict[str, Any]:
         """The one result line of the batch's one request."""

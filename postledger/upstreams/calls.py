@@ -23,6 +23,8 @@ class TaskSnapshot:
     output: str | None
     usage: dict[str, Any] | None
     error: str | None
+    # False: the upstream says this failed task was not billed (taken as billed otherwise).
+    billed: bool = True
 
     @property
     def done(self) -> bool:

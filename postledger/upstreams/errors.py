@@ -44,6 +44,16 @@ class TransportError(UpstreamError):
         self.maybe_sent = maybe_sent
 
 
+class TaskFailed(UpstreamError):
+    """The upstream says the task ended without an output. `billed` is False only when the
+    upstream says the failed work was not billed (Anthropic bills no errored, expired or
+    canceled request); otherwise it is taken as paid for."""
+
+    def __init__(self, message: str, *, billed: bool = True) -> None:
+        super().__init__(message)
+        self.billed = billed
+
+
 class AmbiguousCreate(UpstreamError):
     """A create may have reached an upstream that does not honour idempotency keys, and no
     answer came back: sending it again could pay twice, so it is not retried automatically."""

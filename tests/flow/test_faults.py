@@ -390,14 +390,19 @@ def test_a_request_anthropic_did_not_run_is_a_business_retry_that_cost_nothing(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:
     """An errored, expired or canceled request of a Message Batch is not billed, and the batch
-    is sent again: only the second one is charged. (The ledger books the first as wasted at
-    its estimate, the safe side: a failed task's usage is not carried through yet.)"""
+    is sent again: only the second one is charged, and the ledger says the same (the first
+    send's possible charge given back; the attempt still counts against the cap)."""
+    from postledger.guards.charges import spend_summary
+
     run(tmp_path, 25)
     assert statuses(ledger) == {"completed": 25}
     assert [len(c["post_ids"]) for c in faulty.charges()] == [25]
-    first, *_ = ledger.batches(MONTH)
+    first, second = ledger.batches(MONTH)
     assert first.failure_kind is FailureKind.UPSTREAM_FAILED
     assert "not billed" in (first.failure_reason or "")
+    assert (first.charge, second.charge) == (Charge.NONE, Charge.CONFIRMED)
+    spend = spend_summary(ledger.spend(MONTH))
+    assert (spend["refunded_submissions"], spend["wasted"], spend["possible"]) == (1, 0, 0)
     assert all(p.attempts == 2 for p in ledger.posts(MONTH))
 
 

@@ -394,6 +394,17 @@ def test_a_task_the_upstream_failed_is_one_more_paid_attempt_within_the_cap() ->
     }
     assert decision.moves[1].kind is FailureKind.ATTEMPTS_EXHAUSTED
     assert not any(m.refund for m in decision.moves)
+    assert not decision.nothing_charged
+
+
+def test_a_task_the_upstream_failed_unbilled_gives_its_charge_back_but_counts_the_attempt() -> None:
+    members = [post("p1", attempts=1), post("p2", attempts=3)]
+    unbilled = Failure(FailureKind.UPSTREAM_FAILED, "errored", Reach.MAYBE, unbilled=True)
+    decision = fail(members, unbilled, task_id="msgbatch_1")
+    assert decision.nothing_charged  # the upstream said so: no charge for the batch
+    # The cap still holds: an unbilled failure is a try, and tries are bounded.
+    assert moves_by_post(decision) == {"p1": PostStatus.PENDING, "p2": PostStatus.FAILED}
+    assert not any(m.refund for m in decision.moves)
 
 
 ACCEPTED_BUT_UNREADABLE = [
