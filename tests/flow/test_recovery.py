@@ -6,7 +6,8 @@ the `ai-batch` slot the dead run held on the local server they both started). At
 run that dies uses this worker's Prefect server, as a deployment's runs share one, and the next
 run is the monthly flow in this process, on that server: what it finishes and what it pays
 are decided by the ledger alone. The evidence: the ledger, and the simulator's own charge log
-and per-task poll counts.
+and per-task poll counts. Each upstream kind is crashed where its rules differ: a saved output
+and a saved task id on all that have them; a Message Batch made but never written down.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from postledger.record.crash import CRASH_EXIT_CODE, CrashPoint
 from postledger.record.models import Answer, BatchStatus, FailureKind, PostStatus
 from tests.helpers import (
     MONTH,
+    UPSTREAM_KINDS,
     Sim,
     finish_month_here,
     on_worker_server,
@@ -159,6 +161,73 @@ def test_a_task_the_upstream_forgot_is_a_recovery_failure_with_no_new_charge(
             assert charged_posts(sim)[post.post_id] == charged_then[post.post_id]  # R26
         else:
             assert post.status is PostStatus.COMPLETED
+    ledger.close()
+
+
+# --- every upstream kind ----------------------------------------------------------------------
+
+WITH_TASK_IDS = ("task_api", "openai_batch", "anthropic_batch")
+
+
+@pytest.fixture
+def kind_sim(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[Sim]:
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")  # at a crash, only its batch is out
+    monkeypatch.setenv("POSTLEDGER_POLL_INTERVAL", "0.1")
+    yield from start_sim(monkeypatch, kind, latency=0.4)
+
+
+@pytest.mark.one_case_per_kind_on_postgres
+@pytest.mark.parametrize(
+    ("kind", "point"),
+    # The output saved, not yet checked: the next run checks it, no call made for it again.
+    [(kind, CrashPoint.DURING_VALIDATION) for kind in UPSTREAM_KINDS]
+    # The task id saved, nothing received: the next run polls that task, pays nothing new.
+    + [(kind, CrashPoint.AFTER_TASK_ID) for kind in WITH_TASK_IDS],
+)
+def test_every_kind_finishes_a_crashed_month_from_what_was_saved(
+    kind: str,
+    point: CrashPoint,
+    kind_sim: Sim,
+    ledger_url: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT=point.value, **on_worker_server(request))
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
+    charged_at_crash = charged_posts(kind_sim)
+    assert charged_at_crash  # the crashed batch was paid for
+    finish_month_here(request, tmp_path)
+    ledger = Ledger(ledger_url)
+    posts = ledger.posts(MONTH)
+    assert {p.status for p in posts} == {PostStatus.COMPLETED}
+    assert set(charged_posts(kind_sim).values()) == {1}  # nothing paid twice
+    assert {p.post_id: p.attempts for p in posts} == dict(charged_posts(kind_sim))
+    ledger.close()
+
+
+@pytest.mark.parametrize("kind", ["anthropic_batch"])
+def test_a_message_batch_made_but_never_written_down_is_sent_again_only_after_a_yes(
+    kind: str, kind_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A Message Batch carries no metadata: unlike an OpenAI batch (test_openai_batch.py), one
+    made but never written down cannot be found, so the next run asks before paying twice."""
+    server = on_worker_server(request)
+    crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **server)
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
+    (made,) = kind_sim.charges()
+    plan = json.loads(postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **server).stdout)
+    assert plan["groups"]["resubmit"]["batches"] == [made["idempotency_key"]]  # its custom_id
+    assert plan["possible_double_charge_cost"] > 0
+
+    unanswered = run_month(tmp_path, POSTLEDGER_APPROVAL_TIMEOUT="1", **server)
+    assert unanswered.returncode == 1  # the rest done; that one waits for a person
+    assert [c["idempotency_key"] for c in kind_sim.charges()].count(made["idempotency_key"]) == 1
+
+    finish_month_here(request, tmp_path)  # the yes, given up front
+    ledger = Ledger(ledger_url)
+    assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
+    twice = {pid for pid, n in charged_posts(kind_sim).items() if n == 2}
+    assert twice == set(made["post_ids"])  # paid twice where a person said yes, nowhere else
     ledger.close()
 
 
