@@ -168,9 +168,39 @@ def chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
 
 
 def insert_many(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """INSERT `rows` (dicts with the same keys) into `table`: see `execute_many`."""
-    if rows:
+    """INSERT `rows` (dicts with the same keys) into `table`: on PostgreSQL through psycopg's
+    COPY (`_copy_rows`), elsewhere see `execute_many`."""
+    if not rows:
+        return
+    if connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg":
+        _copy_rows(connection, table, rows)
+    else:
         execute_many(connection, insert(table), rows, keys=list(rows[0]))
+
+
+def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """COPY `rows` into `table`, in the connection's open transaction. An executemany of
+    INSERTs runs the statement once per row on the server (a month's sync: 100 000 posts and
+    100 000 events); COPY streams them in one command. Each value goes through its column's
+    bind processor first, so it arrives as an INSERT would send it (enum names, JSON)."""
+    from psycopg import sql
+
+    keys = list(rows[0])
+    dialect = connection.dialect
+    process = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
+    command = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, keys))
+    )
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor, cursor.copy(command) as copy:
+        for row in rows:
+            copy.write_row(
+                [
+                    row[key] if convert is None else convert(row[key])
+                    for key, convert in zip(keys, process, strict=True)
+                ]
+            )
 
 
 def execute_many(
