@@ -1,12 +1,15 @@
-"""Costs that do not grow with the month: what the ledger writes when nothing changed, and how
-a batch's own steps find their rows (not timed: see bench/scale.py for the times)."""
+"""Costs that do not grow with the month: what the ledger writes when nothing changed, how a
+batch's own steps find their rows, and what SQLite does for one batch in a small and in a big
+month (not timed: see bench/scale.py and bench/month.py for the times)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
@@ -69,3 +72,42 @@ def test_a_batch_cycle_finds_its_rows_through_indexes(tmp_path: Any) -> None:
                         scans.append(f"{detail}: {sql}")
     assert scans == []
     ledger.close()
+
+
+@contextmanager
+def sqlite_steps(ledger: Ledger) -> Iterator[list[int]]:
+    """SQLite's virtual-machine steps (in hundreds) of every statement the ledger runs inside:
+    the work the database does, whatever the machine's speed."""
+    counted = [0]
+
+    def count() -> int:
+        counted[0] += 1
+        return 0  # go on
+
+    def watch(conn: Any, *_: Any) -> None:
+        conn.connection.driver_connection.set_progress_handler(count, 100)
+
+    event.listen(ledger.engine, "before_cursor_execute", watch)
+    try:
+        yield counted
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", watch)
+
+
+@sqlite_ledger_only
+def test_a_batch_costs_the_database_the_same_in_a_small_and_in_a_big_month(tmp_path: Any) -> None:
+    """One batch's life (the dispatch loop's look for work, intent, task id, output, decision)
+    on a fresh ledger, which has no statistics: as many SQLite steps in a month of 20 000 posts
+    as in one of 1 000, give or take. (A batch's posts were once found through the month's
+    queued posts: 25 ms a batch at 100 000 posts.)"""
+    steps = {}
+    for n in (1_000, 20_000):
+        ledger = Ledger(f"sqlite:///{tmp_path / f'ledger-{n}.db'}")
+        ledger.sync_posts(MONTH, month_of_posts(n), model="m", prompt="p")
+        ledger.plan(MONTH, max_posts=25, max_chars=10_000)
+        with sqlite_steps(ledger) as counted:
+            ledger.count_in(MONTH, PostStatus.PENDING)
+            settle_next_batch(ledger, MONTH)
+        steps[n] = counted[0]
+        ledger.close()
+    assert steps[20_000] <= 1.5 * steps[1_000], steps

@@ -139,7 +139,11 @@ class PostRecord(SQLModel, table=True):
 
     __tablename__ = "posts"
     # Planning reads a month's pending posts in file order (migration 0004).
-    __table_args__ = (Index("ix_posts_month_status_position", "month", "status", "position"),)
+    __table_args__ = (
+        Index("ix_posts_month_status_position", "month", "status", "position"),
+        # A batch's own posts (migration 0006).
+        Index("ix_posts_batch_status_position", "batch_id", "status", "position"),
+    )
 
     month: str = Field(primary_key=True, max_length=7)
     post_id: str = Field(primary_key=True)

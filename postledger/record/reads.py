@@ -46,10 +46,9 @@ def load_batch(session: Session, batch_id: str) -> BatchRecord:
 
 
 def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> list[PostRecord]:
-    """The posts that are in `batch` now (a post may have moved on to a later batch)."""
-    query = select(PostRecord).where(
-        PostRecord.month == batch.month, PostRecord.batch_id == batch.batch_id
-    )
+    """The posts that are in `batch` now (a post may have moved on to a later batch). By the
+    batch alone (its id names its month): the month's own index would read the whole month."""
+    query = select(PostRecord).where(PostRecord.batch_id == batch.batch_id)
     if statuses:
         query = query.where(col(PostRecord.status).in_(statuses))
     return list(session.exec(query.order_by(col(PostRecord.position))))
