@@ -134,7 +134,7 @@ def forced_tool(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _system_text(system: Any) -> str:
+def system_text(system: Any) -> str:
     if isinstance(system, list):  # text blocks
         return "".join(b.get("text", "") for b in system if isinstance(b, dict))
     return system if isinstance(system, str) else ""
@@ -242,7 +242,7 @@ def add_anthropic_routes(
             return early
         if faults.decide(Route.TASK) is not None:  # the model failed: nothing billed
             return anthropic_error(500, "api_error", "Internal server error")
-        system = {"role": "system", "content": _system_text(body.get("system"))}
+        system = {"role": "system", "content": system_text(body.get("system"))}
         prompt, posts = chat_input([system, *body["messages"]])
         task, _ = upstream.create(
             model=str(body["model"]),

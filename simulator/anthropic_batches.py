@@ -30,13 +30,13 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 
 from simulator.anthropic_api import (
-    _system_text,
     anthropic_error,
     before_create,
     forced_tool,
     message,
     problem_of,
     status_answer,
+    system_text,
 )
 from simulator.faults import Faults, Route
 from simulator.openai_api import chat_input
@@ -115,7 +115,7 @@ def add_anthropic_batch_routes(
         return anthropic_error(401, "authentication_error", "invalid x-api-key")
 
     def run(custom_id: str, params: dict[str, Any]) -> _Request:
-        system = {"role": "system", "content": _system_text(params.get("system"))}
+        system = {"role": "system", "content": system_text(params.get("system"))}
         prompt, posts = chat_input([system, *params["messages"]])
         model, tool = str(params["model"]), forced_tool(params)
         task_fault = faults.decide(Route.TASK)
