@@ -139,3 +139,43 @@ def test_breaker_levels_move_only_along_the_table(ledger: Ledger) -> None:
                     with pytest.raises(IllegalTransition):
                         move_breaker(session, breaker, target, "test")
                     assert breaker.level is current
+
+
+def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(ledger: Ledger) -> None:
+    """`posts_by_id` on either ledger (on PostgreSQL one UPDATE joined to the rows COPYed in):
+    each post gets its own reason and batch; if one is not in the expected state any more,
+    the transaction fails and nothing moves."""
+    from postledger.record.states import LedgerConflict, PostChange
+
+    with Session(ledger.engine) as session:
+        for i, status in enumerate([PostStatus.PENDING, PostStatus.PENDING, PostStatus.QUEUED]):
+            session.add(
+                PostRecord(
+                    month="2026-10",
+                    post_id=f"p{i}",
+                    position=i,
+                    text="t",
+                    fingerprint="f",
+                    status=status,
+                )
+            )
+        session.commit()
+        moves = Transitions(session, "2026-10")
+        changes = [PostChange("p0", "first", "2026-10-b0001"), PostChange("p1", "second", "b2")]
+        moves.posts_by_id(PostStatus.PENDING, PostStatus.QUEUED, changes)
+        session.commit()
+        got = {p.post_id: (p.status, p.batch_id) for p in session.exec(select(PostRecord))}
+        assert got["p0"] == (PostStatus.QUEUED, "2026-10-b0001")
+        assert got["p1"] == (PostStatus.QUEUED, "b2")
+        whys = {e.entity_id: e.why for e in session.exec(select(EventRecord))}
+        assert (whys["p0"], whys["p1"]) == ("first", "second")
+
+        # p9 is not in the month at all: the move of p0 with it must not happen either.
+        stale = [PostChange("p0", "again", None), PostChange("p9", "not there", None)]
+        with pytest.raises(LedgerConflict):
+            Transitions(session, "2026-10").posts_by_id(
+                PostStatus.QUEUED, PostStatus.PENDING, stale
+            )
+        session.rollback()
+        after = {p.post_id: p.status for p in session.exec(select(PostRecord))}
+        assert after == {"p0": PostStatus.QUEUED, "p1": PostStatus.QUEUED, "p2": PostStatus.QUEUED}

@@ -17,7 +17,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Insert, Table, Update, create_engine, event, insert, text
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Insert,
+    MetaData,
+    Table,
+    Text,
+    Update,
+    create_engine,
+    event,
+    insert,
+    text,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
@@ -172,10 +185,37 @@ def insert_many(connection: Connection, table: Table, rows: Sequence[Mapping[str
     COPY (`_copy_rows`), elsewhere see `execute_many`."""
     if not rows:
         return
-    if connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg":
+    if copies_rows(connection):
         _copy_rows(connection, table, rows)
     else:
         execute_many(connection, insert(table), rows, keys=list(rows[0]))
+
+
+def copies_rows(connection: Connection) -> bool:
+    """Whether bulk writes on this connection go through COPY (PostgreSQL with psycopg)."""
+    return connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg"
+
+
+# A bulk move's rows (post id, why, batch), staged for one UPDATE to join on PostgreSQL: an
+# executemany of 100 000 UPDATEs by key is 100 000 statements on the server. Temporary, so
+# each connection has its own, emptied at every commit.
+STAGED_MOVES = Table(
+    "postledger_staged_moves",
+    MetaData(),
+    Column("pid", Text),
+    Column("why", Text),
+    Column("into", Text),
+    prefixes=["TEMPORARY"],
+    postgresql_on_commit="DELETE ROWS",
+)
+
+
+def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> Table:
+    """`rows` (keys pid, why, into) in `STAGED_MOVES`, by COPY, in the open transaction."""
+    STAGED_MOVES.create(connection, checkfirst=True)
+    connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
+    _copy_rows(connection, STAGED_MOVES, rows)
+    return STAGED_MOVES
 
 
 def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, event, func, update
+from sqlalchemy import BindParameter, bindparam, event, func, update
 from sqlmodel import Session, select
 
-from postledger.record.db import chunks, execute_many, insert_many
+from postledger.record.db import chunks, copies_rows, execute_many, insert_many, staged_moves
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -178,9 +178,27 @@ class Transitions:
                 raise ValueError("either every change of a bulk move names a batch, or none")
             self._log(EntityKind.POST, change.post_id, current, target, change.why)
         rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
-        moved = sum(
-            execute_many(self._session.connection(), statement, chunk) for chunk in chunks(rows)
-        )
+        connection = self._session.connection()
+        if copies_rows(connection):  # one UPDATE joined to the rows, COPYed in
+            staged = staged_moves(connection, rows).c
+            joined = {
+                name: {"why": staged.why, "into": staged.into}[value.key]
+                if isinstance(value, BindParameter)
+                else value
+                for name, value in values.items()
+            }
+            statement = (
+                update(table)
+                .where(
+                    table.c.month == self._month,
+                    table.c.post_id == staged.pid,
+                    table.c.status == current,
+                )
+                .values(joined)
+            )
+            moved = int(connection.execute(statement).rowcount)
+        else:
+            moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
         if moved != len(rows):
             raise LedgerConflict(
                 f"{len(rows) - moved} of {len(rows)} posts to move {current} -> {target} were "
