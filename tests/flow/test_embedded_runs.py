@@ -138,6 +138,8 @@ def wait_for_batches_in_flight(
             ledger.close()
 
 
+# The local server's lock, its children's lifeline, the slots a killed run left: Prefect's side.
+@pytest.mark.prefect_side
 def test_a_second_embedded_run_is_refused_and_a_killed_one_blocks_nothing(
     processes: Processes, ledger_url: str
 ) -> None:
