@@ -11,7 +11,6 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from postledger.failures.policy import CONTINUE_HINTS
-from postledger.guards.charges import spend_summary
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.progress.words import SIMULATED_SPEND
@@ -83,7 +82,7 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
     failures = progress.pop("failures")
     business, requeues = ledger.retry_totals(month)
     batches = ledger.batch_figures(month)
-    spend = spend_summary(ledger.spend(month))
+    spend = ledger.spend_totals(month)
     questions = ledger.approvals.approvals(month)
     return {
         **progress,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Engine, case, func
+from sqlalchemy import select as sql_select
 from sqlmodel import Session, col, select
 
 from postledger.record.models import (
@@ -231,26 +232,38 @@ class LedgerReads:
             )
 
     def spend_totals(self, month: str) -> dict[str, int]:
-        """Confirmed, possible and wasted spend of the month in micro-units, summed by the
-        database (what `postledger.guards.charges.spend_summary` says of the same rows): cheap
-        to ask while a long month runs."""
+        """The month's spend as `postledger.guards.charges.spend_summary` says it of the same
+        rows (confirmed, possible and wasted micro-units, submissions, refunded ones, tokens),
+        summed by the database: cheap to ask while a long month runs, and for `status` of a
+        month of thousands of submissions."""
         amount = func.coalesce(SpendRecord.cost, SpendRecord.estimated_cost, 0)
         with self._read() as session:
-            rows = session.exec(
-                select(
-                    SpendRecord.state,
+            # SQLAlchemy's select: SQLModel's types no more than four columns.
+            rows = session.execute(
+                sql_select(
+                    col(SpendRecord.state),
                     func.sum(amount),
                     func.sum(func.coalesce(SpendRecord.estimated_cost, 0)),
+                    func.count(),
+                    func.sum(func.coalesce(SpendRecord.input_tokens, 0)),
+                    func.sum(func.coalesce(SpendRecord.output_tokens, 0)),
                 )
-                .where(SpendRecord.month == month)
+                .where(col(SpendRecord.month) == month)
                 .group_by(col(SpendRecord.state))
             ).all()
         totals = {"confirmed": 0, "possible": 0, "wasted": 0}
-        for stored, settled, estimated in rows:
+        totals |= {"submissions": 0, "refunded_submissions": 0}
+        totals |= {"input_tokens": 0, "output_tokens": 0}
+        for stored, settled, estimated, count, input_tokens, output_tokens in rows:
             state = SpendState(stored)
+            totals["submissions"] += int(count)
+            totals["input_tokens"] += int(input_tokens or 0)
+            totals["output_tokens"] += int(output_tokens or 0)
             if state is SpendState.POSSIBLE:
                 totals["possible"] += int(estimated or 0)
-            elif state in (SpendState.CONFIRMED, SpendState.WASTED):
+            elif state is SpendState.REFUNDED:
+                totals["refunded_submissions"] += int(count)
+            else:
                 totals[state.value] += int(settled or 0)
         return totals
 
