@@ -17,7 +17,7 @@ import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,7 +159,7 @@ class _Checker:
         where: Iterable[str],
         schema: str,
         problems: list[str],
-        only_if: Any = None,
+        only_if: Callable[[dict[str, Any]], bool] | None = None,
     ) -> int:
         checked = 0
         for number, text in enumerate(content.decode("utf-8").splitlines(), 1):

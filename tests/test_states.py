@@ -141,11 +141,19 @@ def test_breaker_levels_move_only_along_the_table(ledger: Ledger) -> None:
                     assert breaker.level is current
 
 
-def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(ledger: Ledger) -> None:
-    """`posts_by_id` on either ledger (on PostgreSQL one UPDATE joined to the rows COPYed in):
-    each post gets its own reason and batch; if one is not in the expected state any more,
-    the transaction fails and nothing moves."""
+@pytest.mark.parametrize("staged", [False, True], ids=["executemany", "staged"])
+def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, staged: bool
+) -> None:
+    """`posts_by_id` on either ledger, both ways (on PostgreSQL a big move is one UPDATE
+    joined to the rows COPYed in; `staged` makes these few rows count as big): each post gets
+    its own reason and batch; if one is not in the expected state any more, the transaction
+    fails and nothing moves."""
+    from postledger.record import states
     from postledger.record.states import LedgerConflict, PostChange
+
+    if staged:
+        monkeypatch.setattr(states, "STAGE_FROM", 1)
 
     with Session(ledger.engine) as session:
         for i, status in enumerate([PostStatus.PENDING, PostStatus.PENDING, PostStatus.QUEUED]):

@@ -6,6 +6,8 @@ change that explains it are committed together.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -167,20 +169,48 @@ def account(session: Session, batch: BatchRecord, decision: Decision) -> None:
                 session.add(row)
 
 
-def spend_summary(rows: list[SpendRecord]) -> dict[str, int]:
+@dataclass(frozen=True)
+class SpendGroup:
+    """Spend rows of one state, added up: by the database (`LedgerReads.spend_totals`) or
+    one row at a time (`spend_summary`)."""
+
+    state: SpendState
+    amount: int  # the settled costs, and the estimates where no cost is known
+    estimated: int
+    rows: int
+    input_tokens: int
+    output_tokens: int
+
+
+def summed(groups: Iterable[SpendGroup]) -> dict[str, int]:
     """Totals of a month's charges, in micro-units and tokens. `possible` is an estimate:
     charges that may or may not have happened."""
     summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
-    summary |= {"submissions": len(rows), "refunded_submissions": 0}  # counts
+    summary |= {"submissions": 0, "refunded_submissions": 0}  # counts
     summary |= {"input_tokens": 0, "output_tokens": 0}
-    for row in rows:
-        amount = row.cost if row.cost is not None else (row.estimated_cost or 0)
-        if row.state is SpendState.POSSIBLE:
-            summary["possible"] += row.estimated_cost or 0
-        elif row.state is SpendState.REFUNDED:
-            summary["refunded_submissions"] += 1
+    for group in groups:
+        summary["submissions"] += group.rows
+        summary["input_tokens"] += group.input_tokens
+        summary["output_tokens"] += group.output_tokens
+        if group.state is SpendState.POSSIBLE:
+            summary["possible"] += group.estimated
+        elif group.state is SpendState.REFUNDED:
+            summary["refunded_submissions"] += group.rows
         else:
-            summary[row.state.value] += amount
-        summary["input_tokens"] += row.input_tokens or 0
-        summary["output_tokens"] += row.output_tokens or 0
+            summary[group.state.value] += group.amount
     return summary
+
+
+def spend_summary(rows: list[SpendRecord]) -> dict[str, int]:
+    """`summed` of the rows themselves."""
+    return summed(
+        SpendGroup(
+            row.state,
+            row.cost if row.cost is not None else (row.estimated_cost or 0),
+            row.estimated_cost or 0,
+            1,
+            row.input_tokens or 0,
+            row.output_tokens or 0,
+        )
+        for row in rows
+    )

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, case, func
 from sqlalchemy import select as sql_select
 from sqlmodel import Session, col, select
 
+from postledger.guards.charges import SpendGroup, summed
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -251,21 +252,9 @@ class LedgerReads:
                 .where(col(SpendRecord.month) == month)
                 .group_by(col(SpendRecord.state))
             ).all()
-        totals = {"confirmed": 0, "possible": 0, "wasted": 0}
-        totals |= {"submissions": 0, "refunded_submissions": 0}
-        totals |= {"input_tokens": 0, "output_tokens": 0}
-        for stored, settled, estimated, count, input_tokens, output_tokens in rows:
-            state = SpendState(stored)
-            totals["submissions"] += int(count)
-            totals["input_tokens"] += int(input_tokens or 0)
-            totals["output_tokens"] += int(output_tokens or 0)
-            if state is SpendState.POSSIBLE:
-                totals["possible"] += int(estimated or 0)
-            elif state is SpendState.REFUNDED:
-                totals["refunded_submissions"] += int(count)
-            else:
-                totals[state.value] += int(settled or 0)
-        return totals
+        return summed(
+            SpendGroup(SpendState(row[0]), *(int(value or 0) for value in row[1:])) for row in rows
+        )
 
     def events(self, month: str) -> list[EventRecord]:
         with self._read() as session:

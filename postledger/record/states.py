@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, event, func, update
+from sqlalchemy import bindparam, event, func, update
 from sqlmodel import Session, select
 
 from postledger.record.db import chunks, copies_rows, execute_many, insert_many, staged_moves
@@ -78,6 +80,14 @@ class IllegalTransition(RuntimeError):
         )
         self.current = current
         self.target = target
+
+
+# A bulk move of this many posts or more is COPYed into a table and joined by one UPDATE on
+# PostgreSQL (a month's plan: 100 000 UPDATEs by key are 100 000 statements on the server); a
+# smaller one, such as the few posts of a retry, stays one executemany: a round trip or two.
+STAGE_FROM = 1_000
+# The executemany's parameters, by the names the staged table gives its columns.
+_BOUND = SimpleNamespace(pid=bindparam("pid"), why=bindparam("why"), into=bindparam("into"))
 
 
 @dataclass(frozen=True)
@@ -152,50 +162,38 @@ class Transitions:
             raise IllegalTransition(EntityKind.POST, changes[0].post_id, current, target)
         if (target is P.FAILED) != (failure is not None):
             raise ValueError("a failed post needs a failure kind, and only a failed post has one")
-        table = PostRecord.__table__  # type: ignore[attr-defined]
-        values: dict[str, object] = {
-            "status": target,
-            "failure_kind": failure,
-            "failure_reason": bindparam("why") if failure is not None else None,
-            "updated_at": utcnow(),
-        }
-        if target is not P.WAITING:
-            values["not_before"] = None
         into_batches = changes[0].batch_id is not None
-        if into_batches:
-            values["batch_id"] = bindparam("into")
-        statement = (
-            update(table)
-            .where(
-                table.c.month == self._month,
-                table.c.post_id == bindparam("pid"),
-                table.c.status == current,
-            )
-            .values(values)
-        )
         for change in changes:
             if (change.batch_id is not None) != into_batches:
                 raise ValueError("either every change of a bulk move names a batch, or none")
             self._log(EntityKind.POST, change.post_id, current, target, change.why)
         rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
         connection = self._session.connection()
-        if copies_rows(connection):  # one UPDATE joined to the rows, COPYed in
-            staged = staged_moves(connection, rows).c
-            joined = {
-                name: {"why": staged.why, "into": staged.into}[value.key]
-                if isinstance(value, BindParameter)
-                else value
-                for name, value in values.items()
-            }
-            statement = (
-                update(table)
-                .where(
-                    table.c.month == self._month,
-                    table.c.post_id == staged.pid,
-                    table.c.status == current,
-                )
-                .values(joined)
+        # Each row's values: from a table the rows were COPYed into, joined by one UPDATE (a
+        # month's plan on PostgreSQL), or bound per row of an executemany (everything else).
+        staged = len(rows) >= STAGE_FROM and copies_rows(connection)
+        row: Any = staged_moves(connection, rows).c if staged else _BOUND
+        table = PostRecord.__table__  # type: ignore[attr-defined]
+        values: dict[str, object] = {
+            "status": target,
+            "failure_kind": failure,
+            "failure_reason": row.why if failure is not None else None,
+            "updated_at": utcnow(),
+        }
+        if target is not P.WAITING:
+            values["not_before"] = None
+        if into_batches:
+            values["batch_id"] = row.into
+        statement = (
+            update(table)
+            .where(
+                table.c.month == self._month,
+                table.c.post_id == row.pid,
+                table.c.status == current,
             )
+            .values(values)
+        )
+        if staged:
             moved = int(connection.execute(statement).rowcount)
         else:
             moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))

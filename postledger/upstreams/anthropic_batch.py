@@ -38,7 +38,7 @@ from postledger.upstreams.http import (
     lost_answer,
 )
 
-_RUNNING = {"in_progress": TaskStatus.RUNNING, "canceling": TaskStatus.RUNNING}
+_RUNNING = ("in_progress", "canceling")
 # Why a request that did not succeed has no answer, in words for the ledger.
 _NOT_RUN = {
     "canceled": "the Message Batch was canceled before this request ran (not billed)",
@@ -68,7 +68,7 @@ class AnthropicBatchClient(AnthropicUpstream):
         data = json_body(await self._send("GET", f"{self._batches}/{task_id}", reads_task=True))
         status = str(data.get("processing_status"))
         if status in _RUNNING:
-            return TaskSnapshot(task_id, _RUNNING[status], None, None, None)
+            return TaskSnapshot(task_id, TaskStatus.RUNNING, None, None, None)
         if status != "ended":
             raise UpstreamError(f"unexpected Message Batch status {status!r}")
         line = await self._result(task_id, data.get("results_url"))
