@@ -17,15 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cli.run_logs import logs_above_the_bar
 from postledger.batches.posts import InputError, default_posts_path, load_posts
 from postledger.ledger import Ledger
-from postledger.progress.status import (
-    failures_table,
-    progress_of,
-    status_of,
-    status_table,
-    what_is_asked,
-)
+from postledger.progress.status import progress_of, status_of, what_is_asked
+from postledger.progress.tables import failures_table, status_table
+from postledger.progress.words import BUNDLED_SIMULATOR
 from postledger.record.models import Question
-from postledger.settings import BUNDLED_SIMULATOR, Settings
+from postledger.settings import Settings
 from simulator.server import StartingSimulator, starting_simulator
 
 

@@ -25,7 +25,7 @@ from prefect.artifacts import (
 from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
 from flows.approval import next_batch_cost
-from postledger.failures.policy import FINAL, next_step
+from postledger.failures.hints import FINAL, next_step
 from postledger.ledger import Ledger
 from postledger.progress.report import completed_share, summary_markdown
 from postledger.progress.status import progress_of, status_of, what_is_asked

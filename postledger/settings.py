@@ -21,6 +21,8 @@ from sqlalchemy.engine import make_url
 from postledger.failures.policy import Limits
 from postledger.guards.spend import DEFAULT_PRICES, Price
 from postledger.guards.spill import month_file
+from postledger.progress.words import BUNDLED_SIMULATOR
+from postledger.record.plain import ledger_url
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
@@ -44,11 +46,6 @@ class UpstreamKind(StrEnum):
         if self in (UpstreamKind.OPENAI_CHAT, UpstreamKind.OPENAI_BATCH):
             return f"{root}/v1"
         return root
-
-
-# The name `postledger run` gives its bundled simulator, whatever its port: its breaker
-# persists across runs (R18), and its spend is said to be simulated.
-BUNDLED_SIMULATOR = "simulator"
 
 
 class Settings(BaseSettings):
@@ -258,12 +255,7 @@ class Settings(BaseSettings):
 
     def resolved_database_url(self, *, create_folder: bool = True) -> str:
         """The ledger's URL: POSTLEDGER_DATABASE_URL, or SQLite at ./.postledger/ledger.db."""
-        if self.database_url:
-            return self.database_url
-        folder = Path.cwd() / ".postledger"
-        if create_folder:
-            folder.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{folder / 'ledger.db'}"
+        return ledger_url(self.database_url, create_folder=create_folder)
 
 
 def _seconds(window: str) -> float:

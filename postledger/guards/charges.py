@@ -6,14 +6,20 @@ change that explains it are committed together.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import Session, col, select
 
 from postledger.failures.policy import Decision
-from postledger.guards.spend import Price, cost_of, estimate, money, usage_tokens
+from postledger.guards.spend import (
+    Price,
+    SpendGroup,
+    cost_of,
+    estimate,
+    money,
+    summed,
+    usage_tokens,
+)
 from postledger.record.models import (
     Answer,
     ApprovalRecord,
@@ -167,38 +173,6 @@ def account(session: Session, batch: BatchRecord, decision: Decision) -> None:
             if paid:
                 row.state, row.updated_at = SpendState.WASTED, utcnow()
                 session.add(row)
-
-
-@dataclass(frozen=True)
-class SpendGroup:
-    """Spend rows of one state, added up: by the database (`LedgerReads.spend_totals`) or
-    one row at a time (`spend_summary`)."""
-
-    state: SpendState
-    amount: int  # the settled costs, and the estimates where no cost is known
-    estimated: int
-    rows: int
-    input_tokens: int
-    output_tokens: int
-
-
-def summed(groups: Iterable[SpendGroup]) -> dict[str, int]:
-    """Totals of a month's charges, in micro-units and tokens. `possible` is an estimate:
-    charges that may or may not have happened."""
-    summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
-    summary |= {"submissions": 0, "refunded_submissions": 0}  # counts
-    summary |= {"input_tokens": 0, "output_tokens": 0}
-    for group in groups:
-        summary["submissions"] += group.rows
-        summary["input_tokens"] += group.input_tokens
-        summary["output_tokens"] += group.output_tokens
-        if group.state is SpendState.POSSIBLE:
-            summary["possible"] += group.estimated
-        elif group.state is SpendState.REFUNDED:
-            summary["refunded_submissions"] += group.rows
-        else:
-            summary[group.state.value] += group.amount
-    return summary
 
 
 def spend_summary(rows: list[SpendRecord]) -> dict[str, int]:

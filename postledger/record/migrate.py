@@ -12,10 +12,12 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, inspect, text
-
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy import Connection, Engine
+
+# SQLAlchemy is imported where it is used: `postledger status` reads the revision without it
+# (`postledger.record.plain`).
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest revision in migrations/versions (tests/test_migrations.py checks it is Alembic's
@@ -46,6 +48,8 @@ def head_revision() -> str:
 def current_revision(connection: Connection) -> str | None:
     """The revision the ledger is at (None: not made by Alembic, or empty), as Alembic keeps
     it: the one row of `alembic_version`."""
+    from sqlalchemy import inspect, text
+
     if not inspect(connection).has_table("alembic_version"):
         return None
     found = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
@@ -62,6 +66,8 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
             return target  # the usual case: one read, no lock
     # SQLite: BEGIN IMMEDIATE takes the write lock; PostgreSQL: an advisory lock. Either way
     # a second process waits here, then finds nothing left to do.
+    from sqlalchemy import text
+
     with engine.execution_options(postledger_write=True).begin() as connection:
         if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
@@ -76,6 +82,8 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
 
 def _made_before_alembic(connection: Connection) -> str | None:
     """A ledger made before migrations existed: the revision its tables match."""
+    from sqlalchemy import inspect
+
     tables = set(inspect(connection).get_table_names())
     if "posts" not in tables:
         return None  # an empty database
@@ -84,13 +92,23 @@ def _made_before_alembic(connection: Connection) -> str | None:
 
 def check_current(engine: Engine) -> None:
     """For read-only opens, which must not upgrade: say plainly when the schema is not ours."""
+    from sqlalchemy import inspect
+
     with engine.connect() as connection:
         if "posts" not in inspect(connection).get_table_names():
             return  # nothing there yet: reads find nothing
         found = current_revision(connection)
-    if found != head_revision():
-        raise SchemaMismatch(
-            f"the ledger's schema is at revision {found or 'from before migrations'}, this "
-            f"postledger needs {head_revision()}: run `postledger setup` (it migrates the "
-            "ledger, keeping every record), then try again"
-        )
+    if (problem := mismatch(found)) is not None:
+        raise problem
+
+
+def mismatch(found: str | None) -> SchemaMismatch | None:
+    """What is wrong with a ledger at revision `found` (None: made before migrations), for a
+    reader: nothing if it is the newest."""
+    if found == HEAD:
+        return None
+    return SchemaMismatch(
+        f"the ledger's schema is at revision {found or 'from before migrations'}, this "
+        f"postledger needs {HEAD}: run `postledger setup` (it migrates the ledger, keeping "
+        "every record), then try again"
+    )

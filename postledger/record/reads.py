@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, case, func
-from sqlalchemy import select as sql_select
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
-from postledger.guards.charges import SpendGroup, summed
+from postledger.record import figures
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -20,20 +18,9 @@ from postledger.record.models import (
     PostRecord,
     PostStatus,
     SpendRecord,
-    SpendState,
     utcnow,
 )
-
-
-@dataclass(frozen=True)
-class BatchFigures:
-    """A month's batches in numbers (`LedgerReads.batch_figures`)."""
-
-    counts: dict[BatchStatus, int]
-    request_retries: int  # request-layer retries of every batch (R16)
-    bisected: int  # batches whose unusable output was split in halves (R12)
-    running: list[str]  # the ids of the running ones, in start order
-    upstreams: frozenset[str]  # the breaker names of the upstreams its batches were sent to
+from postledger.record.plain import Reader, through
 
 
 class LedgerError(RuntimeError):
@@ -58,6 +45,12 @@ def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> lis
 
 class LedgerReads:
     engine: Engine
+
+    @contextmanager
+    def plain(self) -> Iterator[Reader]:
+        """A look at the ledger in plain SQL (`postledger.record.figures`), in one snapshot."""
+        with through(self.engine) as reader:
+            yield reader
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
@@ -108,15 +101,8 @@ class LedgerReads:
     # --- reading ---------------------------------------------------------------------------
 
     def counts(self, month: str) -> dict[PostStatus, int]:
-        with self._read() as session:
-            rows = session.exec(
-                select(PostRecord.status, func.count())
-                .where(PostRecord.month == month)
-                .group_by(PostRecord.status)
-            ).all()
-        counts = {status: 0 for status in PostStatus}
-        counts.update({PostStatus(status): n for status, n in rows})
-        return counts
+        with self.plain() as reader:
+            return figures.post_counts(reader, month)
 
     def still_queued(self, batch_ids: set[str]) -> set[str]:
         """Those of the batches that are still queued: not yet started, nor held back."""
@@ -156,14 +142,8 @@ class LedgerReads:
     def retry_totals(self, month: str) -> tuple[int, int]:
         """(paid business retries, unpaid requeues) of the month's posts, summed by the
         database: progress reports ask often, and need no post loaded for it."""
-        retries = case((col(PostRecord.attempts) > 1, col(PostRecord.attempts) - 1), else_=0)
-        with self._read() as session:
-            business, requeues = session.exec(
-                select(func.sum(retries), func.sum(PostRecord.requeues)).where(
-                    PostRecord.month == month
-                )
-            ).one()
-        return int(business or 0), int(requeues or 0)
+        with self.plain() as reader:
+            return figures.retry_totals(reader, month)
 
     def posts(self, month: str, *statuses: PostStatus) -> list[PostRecord]:
         with self._read() as session:
@@ -179,39 +159,11 @@ class LedgerReads:
                 query = query.where(col(BatchRecord.status).in_(statuses))
             return list(session.exec(query.order_by(col(BatchRecord.seq))))
 
-    def batch_figures(self, month: str) -> BatchFigures:
+    def batch_figures(self, month: str) -> figures.BatchFigures:
         """The month's batches in numbers, counted by the database (a month has thousands of
         batches, each with its request and output: `status` reads none of them)."""
-        month_only = BatchRecord.month == month
-        with self._read() as session:
-            counts = session.exec(
-                select(BatchRecord.status, func.count())
-                .where(month_only)
-                .group_by(BatchRecord.status)
-            ).all()
-            retries, bisected = session.exec(
-                select(
-                    func.coalesce(func.sum(BatchRecord.request_retries), 0),
-                    func.count(func.distinct(BatchRecord.split_from)),
-                ).where(month_only)
-            ).one()
-            running = session.exec(
-                select(BatchRecord.batch_id)
-                .where(month_only, BatchRecord.status == BatchStatus.RUNNING)
-                .order_by(col(BatchRecord.seq))
-            ).all()
-            upstreams = session.exec(
-                select(BatchRecord.upstream)
-                .where(month_only, col(BatchRecord.upstream).is_not(None))
-                .distinct()
-            ).all()
-        return BatchFigures(
-            counts={BatchStatus(status): n for status, n in counts},
-            request_retries=int(retries),
-            bisected=int(bisected),
-            running=list(running),
-            upstreams=frozenset(u for u in upstreams if u is not None),
-        )
+        with self.plain() as reader:
+            return figures.batch_figures(reader, month)
 
     def posts_of(self, batch_id: str) -> list[PostRecord]:
         """The posts that are in the batch now, in file order."""
@@ -233,28 +185,9 @@ class LedgerReads:
             )
 
     def spend_totals(self, month: str) -> dict[str, int]:
-        """The month's spend as `postledger.guards.charges.spend_summary` says it of the same
-        rows (confirmed, possible and wasted micro-units, submissions, refunded ones, tokens),
-        summed by the database: cheap to ask while a long month runs, and for `status` of a
-        month of thousands of submissions."""
-        amount = func.coalesce(SpendRecord.cost, SpendRecord.estimated_cost, 0)
-        with self._read() as session:
-            # SQLAlchemy's select: SQLModel's types no more than four columns.
-            rows = session.execute(
-                sql_select(
-                    col(SpendRecord.state),
-                    func.sum(amount),
-                    func.sum(func.coalesce(SpendRecord.estimated_cost, 0)),
-                    func.count(),
-                    func.sum(func.coalesce(SpendRecord.input_tokens, 0)),
-                    func.sum(func.coalesce(SpendRecord.output_tokens, 0)),
-                )
-                .where(col(SpendRecord.month) == month)
-                .group_by(col(SpendRecord.state))
-            ).all()
-        return summed(
-            SpendGroup(SpendState(row[0]), *(int(value or 0) for value in row[1:])) for row in rows
-        )
+        """The month's spend, summed by the database: cheap to ask while a long month runs."""
+        with self.plain() as reader:
+            return figures.spend_totals(reader, month)
 
     def events(self, month: str) -> list[EventRecord]:
         with self._read() as session:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from postledger.failures.policy import CONTINUE_HINTS, FINAL, next_step
+from postledger.failures.hints import CONTINUE_HINTS, FINAL, next_step
 from postledger.record.models import FailureKind
 
 
