@@ -33,18 +33,18 @@ def _item(post_id: str, category: str = "praise") -> str:
     )
 
 
-def _finish(ledger: Ledger, batch_id: str, raw: str) -> None:
+def _finish(ledger: Ledger, batch_id: str, raw: str, attempts: int = 1) -> None:
     ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 5}, PRICE)
     check = check_output(raw, ledger.batch(batch_id).post_ids)
     decision = after_output(
-        ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits(max_attempts=1)
+        ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits(max_attempts=attempts)
     )
     ledger.apply(batch_id, decision, check)
 
 
 def _a_month_with_everything(url: str) -> Ledger:
     """Completed posts; failures of two kinds, as many of each, the later kind first in file
-    order (too long: p00 and p11; no paid attempt left: p01 invalid, p05 missing); a running
+    order (too long: p00 and p11; no paid attempt left: p01 invalid, p05 missing twice); a running
     batch; and four questions: one answered continue, one stop, two still open."""
     ledger = Ledger(url)
     texts = {0: "x" * 200, 11: "y" * 200}
@@ -55,7 +55,11 @@ def _a_month_with_everything(url: str) -> Ledger:
     items = [_item("p01", "nonsense"), _item("p02"), _item("p03"), _item("p04")]
     _finish(ledger, first.batch_id, "[" + ", ".join(items) + "]")
     ledger.mark_running(second.batch_id, price=PRICE, prompt="p")
-    _finish(ledger, second.batch_id, "[" + ", ".join(_item(f"p0{i}") for i in (6, 7, 8)) + "]")
+    items = [_item(f"p0{i}") for i in (6, 7, 8)]
+    _finish(ledger, second.batch_id, "[" + ", ".join(items) + "]", attempts=2)
+    (again,) = ledger.plan(MONTH, max_posts=4, max_chars=100).batches  # p05, a paid retry
+    ledger.mark_running(again.batch_id, price=PRICE, prompt="p")
+    _finish(ledger, again.batch_id, "[]", attempts=2)
     ledger.mark_running(third.batch_id, price=PRICE, prompt="p")  # still in flight
     for answer in (Answer.CONTINUE, Answer.STOP, None):
         ledger.approvals.ask(MONTH, "up", "go on?", flow_run_id=None, prefect_api_url=None)
@@ -102,6 +106,8 @@ def test_status_says_what_the_rows_say(any_ledger_url: str) -> None:
     assert [(p.post_id, p.kind) for p in failed] == [
         (p.post_id, p.failure_kind) for p in rows if p.status is PostStatus.FAILED
     ]
+    assert report["retries"]["business"] == sum(max(p.attempts - 1, 0) for p in rows) == 1
+    assert report["retries"]["requeues"] == sum(p.requeues for p in rows)
     batches = ledger.batches(MONTH)
     assert report["batches"] == {s.value: sum(b.status is s for b in batches) for s in BatchStatus}
     assert report["running_batches"] == [b.batch_id for b in batches if b.status.value == "running"]

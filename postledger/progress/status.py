@@ -54,7 +54,10 @@ def status_of(ledger: Ledger, month: str) -> dict[str, Any] | None:
 def progress(reader: Reader, month: str) -> dict[str, Any] | None:
     """The part of `status` a progress bar needs: counts and failures. Cheap enough to ask
     while batches run (no batch, spend or approval is read)."""
-    counts = figures.post_counts(reader, month)
+    return _progress(reader, month, figures.post_counts(reader, month))
+
+
+def _progress(reader: Reader, month: str, counts: dict[PostStatus, int]) -> dict[str, Any] | None:
     total = sum(counts.values())
     if total == 0:
         return None
@@ -82,11 +85,11 @@ def progress(reader: Reader, month: str) -> dict[str, Any] | None:
 def status(reader: Reader, month: str) -> dict[str, Any] | None:
     """Where the month stands: posts, batches, retries, spend, questions; None if the ledger
     knows nothing of the month."""
-    so_far = progress(reader, month)
+    posts = figures.post_figures(reader, month)
+    so_far = _progress(reader, month, posts.counts)
     if so_far is None:
         return None
     failures = so_far.pop("failures")
-    business, requeues = figures.retry_totals(reader, month)
     batches = figures.batch_figures(reader, month)
     spend = figures.spend_totals(reader, month)
     questions = figures.questions(reader, month)
@@ -95,8 +98,8 @@ def status(reader: Reader, month: str) -> dict[str, Any] | None:
         "batches": {status.value: batches.counts.get(status, 0) for status in BatchStatus},
         "retries": {
             # Paid business retries (R15), unpaid requeues, and request-layer retries (R16).
-            "business": business,
-            "requeues": requeues,
+            "business": posts.business_retries,
+            "requeues": posts.requeues,
             "request": batches.request_retries,
         },
         "bisections": batches.bisected,

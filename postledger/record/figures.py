@@ -23,6 +23,15 @@ from postledger.record.plain import Reader, when
 
 
 @dataclass(frozen=True)
+class PostFigures:
+    """A month's posts in numbers."""
+
+    counts: dict[PostStatus, int]  # every state, zero included
+    business_retries: int  # paid attempts beyond each post's first (R15)
+    requeues: int  # unpaid returns to the queue
+
+
+@dataclass(frozen=True)
 class BatchFigures:
     """A month's batches in numbers."""
 
@@ -68,14 +77,21 @@ def post_counts(reader: Reader, month: str) -> dict[PostStatus, int]:
     return counts
 
 
-def retry_totals(reader: Reader, month: str) -> tuple[int, int]:
-    """(paid business retries, unpaid requeues) of the month's posts."""
-    business, requeues = reader.one(
-        "SELECT sum(CASE WHEN attempts > 1 THEN attempts - 1 ELSE 0 END), sum(requeues) "
-        "FROM posts WHERE month = ?",
+def post_figures(reader: Reader, month: str) -> PostFigures:
+    """The month's posts in numbers, in one pass over them (`post_counts` reads only the
+    index, but the retries are in the rows)."""
+    rows = reader.rows(
+        "SELECT status, count(*), sum(CASE WHEN attempts > 1 THEN attempts - 1 ELSE 0 END), "
+        "sum(requeues) FROM posts WHERE month = ? GROUP BY status",
         month,
     )
-    return int(business or 0), int(requeues or 0)
+    counts = {status: 0 for status in PostStatus}
+    counts.update({PostStatus[name]: int(n) for name, n, _, _ in rows})
+    return PostFigures(
+        counts,
+        business_retries=sum(int(business or 0) for _, _, business, _ in rows),
+        requeues=sum(int(requeues or 0) for _, _, _, requeues in rows),
+    )
 
 
 def failure_groups(reader: Reader, month: str) -> list[FailureGroup]:

@@ -139,12 +139,6 @@ class LedgerReads:
             )
             return int(session.exec(query).one())
 
-    def retry_totals(self, month: str) -> tuple[int, int]:
-        """(paid business retries, unpaid requeues) of the month's posts, summed by the
-        database: progress reports ask often, and need no post loaded for it."""
-        with self.plain() as reader:
-            return figures.retry_totals(reader, month)
-
     def posts(self, month: str, *statuses: PostStatus) -> list[PostRecord]:
         with self._read() as session:
             query = select(PostRecord).where(PostRecord.month == month)
