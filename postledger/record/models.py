@@ -97,7 +97,8 @@ class PostRecord(SQLModel, table=True):
     fingerprint: str = Field(max_length=64)
     # The parts of the fingerprint (`batches.posts.input_parts`): to say what changed (R25).
     inputs: dict[str, str] | None = Field(default=None, sa_column=Column(JSON))
-    status: PostStatus = Field(default=PostStatus.PENDING, index=True)
+    # Found by month or by batch, through the indexes above (migration 0007).
+    status: PostStatus = Field(default=PostStatus.PENDING)
     # Business attempts (R15, R16): submissions that contained this post and may have been
     # charged. A submission the upstream certainly never took is given back.
     attempts: int = 0
@@ -110,7 +111,7 @@ class PostRecord(SQLModel, table=True):
     # The post was in a batch whose whole output was unusable and was split (R12): it is never
     # split again, whatever batch it is planned into later (one split per lineage).
     split: bool = False
-    batch_id: str | None = Field(default=None, index=True)
+    batch_id: str | None = None
     result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     failure_kind: FailureKind | None = None
     failure_reason: str | None = Field(default=None, sa_column=Column(Text))
