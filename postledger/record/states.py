@@ -163,10 +163,12 @@ class Transitions:
         if (target is P.FAILED) != (failure is not None):
             raise ValueError("a failed post needs a failure kind, and only a failed post has one")
         into_batches = changes[0].batch_id is not None
-        for change in changes:
-            if (change.batch_id is not None) != into_batches:
-                raise ValueError("either every change of a bulk move names a batch, or none")
-            self._log(EntityKind.POST, change.post_id, current, target, change.why)
+        for chunk in chunks(changes):
+            for change in chunk:
+                if (change.batch_id is not None) != into_batches:
+                    raise ValueError("either every change of a bulk move names a batch, or none")
+                self._log(EntityKind.POST, change.post_id, current, target, change.why)
+            self.write_events()  # a chunk of events at a time in memory, not a month's
         rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
         connection = self._session.connection()
         # Each row's values: from a table the rows were COPYed into, joined by one UPDATE (a
