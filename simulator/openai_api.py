@@ -277,7 +277,10 @@ def add_openai_routes(
 
     def finish(batch: SimBatch, status: str) -> None:
         """Write the output and error files of a batch that ended (once)."""
-        if batch.output_file_id or batch.error_file_id or status == "failed":
+        if status == "failed":  # failed validation: nothing ran, and nothing is billed
+            upstream.bill_only(batch.task.task_id, [])
+            return
+        if batch.output_file_id or batch.error_file_id:
             return
         task = batch.task
         posts = [post_id for post_id, _ in task.posts]

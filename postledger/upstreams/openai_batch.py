@@ -18,7 +18,9 @@ purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polle
 - Statuses: validating -> queued; in_progress, finalizing, cancelling -> running; completed,
   expired, cancelled -> succeeded with what they produced (requests that never ran are in the
   error file as `batch_expired` / `batch_cancelled`, or absent: either way those posts fail
-  validation with the reason and are retried or end per the rules); failed -> failed.
+  validation with the reason and are retried or end per the rules); failed -> failed, not
+  billed: OpenAI fails a batch only when its input file fails validation, before any request
+  runs (the business layer gives the possible charge back, as for Anthropic's unbilled ones).
 """
 
 from __future__ import annotations
@@ -179,7 +181,15 @@ class OpenAIBatchClient(HttpUpstream):
             why = "; ".join(
                 f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict)
             )
-            return TaskSnapshot(task_id, status, None, None, f"batch failed: {why or 'no reason'}")
+            why = why or "no reason"
+            return TaskSnapshot(
+                task_id,
+                status,
+                None,
+                None,
+                f"the batch failed validation, no request ran (not billed): {why}",
+                billed=False,
+            )
         if status is not TaskStatus.SUCCEEDED:
             return TaskSnapshot(task_id, status, None, None, None)
         lines = await self._lines(data.get("output_file_id"))

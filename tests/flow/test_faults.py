@@ -48,7 +48,7 @@ SYNCHRONOUS = (CHAT, MESSAGES)  # answered at once: no task id, no idempotency k
 # The kinds whose upstream keeps a task (a batch) to poll.
 WITH_TASKS = (TASK_API, BATCH, MESSAGE_BATCHES)
 # Those that bill a task that failed upstream (Anthropic bills no errored request).
-BILL_FAILED_TASKS = (TASK_API, BATCH)
+BILL_FAILED_TASKS = (TASK_API,)
 
 
 def cases(kinds: tuple[str, ...], *faults: str | tuple[Any, ...]) -> list[Any]:
@@ -383,15 +383,17 @@ def test_failed_upstream_task_is_a_paid_business_retry(
 
 @pytest.mark.parametrize(
     ("kind", "faulty"),
-    cases((MESSAGE_BATCHES,), "task:task_failed#1", "task:expired#1", "task:cancelled#1"),
+    cases((MESSAGE_BATCHES,), "task:task_failed#1", "task:expired#1", "task:cancelled#1")
+    + cases((BATCH,), "task:task_failed#1"),
     indirect=["faulty"],
 )
-def test_a_request_anthropic_did_not_run_is_a_business_retry_that_cost_nothing(
+def test_a_request_that_never_ran_is_a_business_retry_that_cost_nothing(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:
-    """An errored, expired or canceled request of a Message Batch is not billed, and the batch
-    is sent again: only the second one is charged, and the ledger says the same (the first
-    send's possible charge given back; the attempt still counts against the cap)."""
+    """An errored, expired or canceled request of a Message Batch, or an OpenAI batch that
+    failed validation, is not billed, and the batch is sent again: only the second one is
+    charged, and the ledger says the same (the first send's possible charge given back; the
+    attempt still counts against the cap)."""
     from postledger.guards.charges import spend_summary
 
     run(tmp_path, 25)
