@@ -9,12 +9,13 @@ order and the first that fires wins, one fault per request.
             rate_limit | auth | quota | quota_429 | permission               (refused, free)
     poll    reset | timeout | http_500 | http_502 | http_503 | http_504 | forget
     task    task_failed                                           (the task ends `failed`)
-            expired | cancelled    (Batch API: the batch ends so, half of its requests undone;
-                                    task API: the task ends `failed`)
+            expired | cancelled    (Batch API: the batch ends so, the later half of its requests
+                                    undone (a batch of one request: none ran); task API: the
+                                    task ends `failed`)
     output  not_json | wrong_shape | truncated | unknown_ids                  (whole output)
             missing_id | stray_id | bad_field | duplicate_id          (one item of the output)
-            request_error       (Batch API: one post's request fails; elsewhere: its item is
-                                 missing)
+            request_error       (Batch API: one request (line) of the batch fails with a 500;
+                                 elsewhere: one post's item is missing)
 
 The OpenAI routes meet the same rules: `create` is POST /v1/chat/completions and POST
 /v1/batches, `poll` is GET /v1/batches/{id}; a chat completion's `task` fault is a 500 answer

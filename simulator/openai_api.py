@@ -11,7 +11,8 @@ POST /v1/batches/{id}/cancel  cancelling -> cancelled; the requests not yet run 
 
 A batch runs all its requests as one simulated task (one charge listing every post, under the
 `postledger_key` of its metadata), which takes the simulator's latency; its output is then
-split into one output line per request (`custom_id` = the post id).
+split into one output line per request (its `custom_id`), each answering for the posts of its
+own chat request.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ class SimBatch:
     metadata: dict[str, str]
     created_at: int
     fate: str = "completed"  # how it ends: completed, failed, expired, cancelled
-    failed_post: str | None = None  # a request_error fault: this post's request fails
+    # Each request: its custom_id and the ids of the posts its chat request carries.
+    requests: list[tuple[str, list[str]]] = field(default_factory=list)
+    json_mode: bool = True  # the requests asked for a JSON object (response_format)
+    failed_request: str | None = None  # a request_error fault: this request fails
     cancel_at: float | None = None  # monotonic, when a cancel was asked
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -237,6 +241,7 @@ def add_openai_routes(
         if decision is not None:
             return await transport_fault(decision)  # made and charged, the answer is lost
         content = _answer_text(task.output, _json_mode(body))
+        upstream.bill_usage(task.task_id, task.input_tokens, count_tokens(content))
         return completion(task.model, content, task.input_tokens, count_tokens(content))
 
     # --- files -------------------------------------------------------------------------------
@@ -283,22 +288,22 @@ def add_openai_routes(
         if batch.output_file_id or batch.error_file_id:
             return
         task = batch.task
-        posts = [post_id for post_id, _ in task.posts]
         texts = dict(task.posts)
-        done = posts if status == "completed" else posts[: len(posts) // 2]
+        requests = batch.requests
+        ran = requests if status == "completed" else requests[: len(requests) // 2]
         try:
             items = json.loads(task.output)
         except ValueError:
             items = None
         out, errors = [], []
-        for post_id in posts:
-            line: dict[str, Any] = {"id": _new_id("batch_req"), "custom_id": post_id}
-            if post_id not in done:
+        for custom_id, post_ids in requests:
+            line: dict[str, Any] = {"id": _new_id("batch_req"), "custom_id": custom_id}
+            if (custom_id, post_ids) not in ran:
                 code, message = UNDONE[status]
                 errors.append(
                     {**line, "response": None, "error": {"code": code, "message": message}}
                 )
-            elif post_id == batch.failed_post:
+            elif custom_id == batch.failed_request:
                 body = {
                     "error": {
                         "message": "The server had an error processing your request.",
@@ -311,13 +316,15 @@ def add_openai_routes(
                 errors.append({**line, "response": response, "error": None})
             else:
                 own = (
-                    [i for i in items if isinstance(i, dict) and i.get("id") == post_id]
+                    [i for i in items if isinstance(i, dict) and i.get("id") in post_ids]
                     if isinstance(items, list)
                     else None
                 )
                 text = task.output if own is None else json.dumps(own, ensure_ascii=False)
-                content = _answer_text(text, json_mode=True)
-                prompt_tokens = count_tokens(task.prompt) + count_tokens(texts[post_id])
+                content = _answer_text(text, json_mode=batch.json_mode)
+                prompt_tokens = count_tokens(task.prompt) + sum(
+                    count_tokens(texts[post_id]) for post_id in post_ids
+                )
                 response = {
                     "status_code": 200,
                     "request_id": _new_id("req"),
@@ -332,9 +339,16 @@ def add_openai_routes(
             batch.error_file_id = add_file(
                 f"{batch.id}_error.jsonl", "batch_output", _jsonl(errors)
             ).id
-        batch.counts = {"total": len(posts), "completed": len(out), "failed": len(errors)}
+        batch.counts = {"total": len(requests), "completed": len(out), "failed": len(errors)}
         if status != "completed":  # expired or cancelled: billed for the requests that ran
-            upstream.bill_only(task.task_id, done)
+            upstream.bill_only(task.task_id, [post for _, ids in ran for post in ids])
+        elif out:  # billed as its answers report their usage
+            usages = [line["response"]["body"]["usage"] for line in out]
+            upstream.bill_usage(
+                task.task_id,
+                sum(u["prompt_tokens"] for u in usages),
+                sum(u["completion_tokens"] for u in usages),
+            )
 
     def batch_body(batch: SimBatch) -> dict[str, Any]:
         now = time.monotonic()
@@ -370,7 +384,7 @@ def add_openai_routes(
             "expired_at": stamp if status == "expired" else None,
             "cancelled_at": stamp if status == "cancelled" else None,
             "request_counts": batch.counts
-            or {"total": len(batch.task.posts), "completed": 0, "failed": 0},
+            or {"total": len(batch.requests), "completed": 0, "failed": 0},
             "metadata": batch.metadata,
         }
         return {name: value for name, value in body.items() if value is not None}
@@ -399,10 +413,11 @@ def add_openai_routes(
         if bad_lines:  # it fails validation: nothing runs, nothing is billed
             return batch_body(rejected_batch(source, body, bad_lines))
         prompt = chat_input(lines[0]["body"]["messages"])[0]
-        posts = [
-            (str(line["custom_id"]), chat_input(line["body"]["messages"])[1][0][1])
-            for line in lines
+        asked = [
+            (str(line["custom_id"]), chat_input(line["body"]["messages"])[1]) for line in lines
         ]
+        posts = [post for _, of_request in asked for post in of_request]
+        requests = [(custom_id, [pid for pid, _ in of_request]) for custom_id, of_request in asked]
         metadata = {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
         fate: dict[str, str] = {}
 
@@ -411,7 +426,7 @@ def add_openai_routes(
                 fate["fate"] = "failed" if task_fault.fault == "task_failed" else task_fault.fault
             output_fault = faults.decide(Route.OUTPUT)
             if output_fault is not None and output_fault.fault == "request_error":
-                fate["failed_post"] = posts[faults.pick(Route.OUTPUT, len(posts))][0]
+                fate["failed_request"] = requests[faults.pick(Route.OUTPUT, len(requests))][0]
             elif output_fault is not None:
                 task.output = spoil_output(task.output, output_fault.fault, faults.pick)
 
@@ -432,7 +447,9 @@ def add_openai_routes(
             metadata=metadata,
             created_at=int(time.time()),
             fate=fate.get("fate", "completed"),
-            failed_post=fate.get("failed_post"),
+            requests=requests,
+            json_mode=_json_mode(lines[0]["body"]),
+            failed_request=fate.get("failed_request"),
         )
         with lock:
             batches[batch.id] = batch

@@ -174,6 +174,16 @@ class Upstream:
                 output_tokens=count_tokens(output),
             )
 
+    def bill_usage(self, task_id: str, input_tokens: int, output_tokens: int) -> None:
+        """The task's charge is the usage its answer reported (the OpenAI routes wrap the
+        model's text, so the answer's tokens are not the raw output's)."""
+        with self.lock:
+            for index, charge in enumerate(self.charges):
+                if charge.task_id == task_id:
+                    self.charges[index] = replace(
+                        charge, input_tokens=input_tokens, output_tokens=output_tokens
+                    )
+
     def get(self, task_id: str) -> SimTask | None:
         with self.lock:
             return self.tasks.get(task_id)

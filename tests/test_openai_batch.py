@@ -1,34 +1,55 @@
-"""The OpenAI Batch API's output file, as the adapter assembles it into one answer per post.
-(The Batch API over HTTP: tests/flow/test_faults.py and tests/flow/test_openai_batch.py.)"""
+"""What an ended OpenAI batch gave the ledger batch's one request, as the adapter reads its
+output and error files. (The Batch API over HTTP: tests/flow/test_faults.py and
+tests/flow/test_openai_batch.py.)"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
 
-def test_a_line_answers_for_its_own_post_only() -> None:
-    """The model's text never decides which post an answer belongs to: its custom_id does."""
-    import json
+from postledger.upstreams.calls import TaskStatus
+from postledger.upstreams.openai_batch import line_result
 
-    from postledger.upstreams.openai_batch import assemble
+GOOD = {"results": [{"id": "a", "category": "praise", "sentiment": "positive", "summary": "ok"}]}
 
-    def line(custom_id: str, content: object) -> dict[str, object]:
-        body = {
-            "choices": [{"message": {"content": json.dumps(content)}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-        }
-        return {"custom_id": custom_id, "response": {"status_code": 200, "body": body}}
 
-    good = {"id": "a", "category": "praise", "sentiment": "positive", "summary": "ok"}
-    raw, usage = assemble(
-        [
-            line("a", [good]),
-            line("b", {**good, "id": "c"}),  # names another post: b's error, never c's result
-            line("c", {**good, "id": "c"}),  # a bare object (json_object mode) is fine
-            line("d", [good, good]),  # two items for one post
-        ],
-        "completed",
-    )
-    items = {item["id"]: item for item in json.loads(raw)}
-    assert items["a"] == good and items["c"]["category"] == "praise"
-    assert "names post 'c'" in items["b"]["error"]
-    assert "not one item" in items["d"]["error"]
-    assert usage == {"input_tokens": 40, "output_tokens": 20}
+def answered(content: Any) -> dict[str, Any]:
+    body = {
+        "choices": [{"message": {"content": json.dumps(content)}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+    }
+    return {"custom_id": "2026-10-b0001", "response": {"status_code": 200, "body": body}}
+
+
+def errored(code: str, status_code: int | None = None) -> dict[str, Any]:
+    error = {"code": code, "message": "no"}
+    if status_code is None:
+        return {"custom_id": "2026-10-b0001", "response": None, "error": error}
+    response = {"status_code": status_code, "body": {"error": error}}
+    return {"custom_id": "2026-10-b0001", "response": response, "error": None}
+
+
+def test_the_answered_line_is_the_batch_output_with_its_usage() -> None:
+    got = line_result("batch_1", [answered(GOOD)], "completed")
+    assert got.status is TaskStatus.SUCCEEDED and json.loads(got.output or "") == GOOD
+    assert got.usage == {"input_tokens": 10, "output_tokens": 5}
+
+
+def test_a_request_that_failed_upstream_is_taken_as_billed() -> None:
+    got = line_result("batch_1", [errored("server_error", 500)], "completed")
+    assert (got.status, got.output, got.billed) == (TaskStatus.FAILED, None, True)
+    assert got.error is not None and "server_error" in got.error
+
+
+def test_a_request_that_never_ran_is_not_billed() -> None:
+    for code, status in (("batch_expired", "expired"), ("batch_cancelled", "cancelled")):
+        got = line_result("batch_1", [errored(code)], status)
+        assert (got.status, got.billed) == (TaskStatus.FAILED, False)
+        assert got.error is not None and code in got.error and "not billed" in got.error
+    absent = line_result("batch_1", [], "expired")  # not in either file: it never ran
+    assert (absent.status, absent.billed) == (TaskStatus.FAILED, False)
+
+
+def test_a_completed_batch_without_the_line_is_a_failure_taken_as_billed() -> None:
+    got = line_result("batch_1", [], "completed")
+    assert (got.status, got.billed) == (TaskStatus.FAILED, True)

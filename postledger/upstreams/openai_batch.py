@@ -2,8 +2,10 @@
 purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polled with
 `GET {base}/batches/{id}`, its results read from the output and error files.
 
-- One JSONL line per post, `custom_id` = the post id: a request's error names its post, so
-  per-request errors become per-post failures (R13), and the other posts complete.
+- One JSONL line per ledger batch, `custom_id` = the ledger batch id, its body the chat
+  adapter's (the ≤ 25 posts under one prompt, the same response schema): the instructions are
+  paid once per ledger batch, not once per post, and its answer is checked as a chat answer is
+  (an invalid post is sent again alone, an unusable answer is split once).
 - The upstream batch id is the upstream task id. The batch's `metadata` names the ledger batch
   and its idempotency key, so a batch made but never written down can be found again by
   listing the recent batches: recovery adopts such an orphan instead of asking to resubmit,
@@ -16,11 +18,11 @@ purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polle
   `AmbiguousCreate`, never retried at the request layer: the business layer looks for the
   batch by its metadata after a while, and recovery adopts it.
 - Statuses: validating -> queued; in_progress, finalizing, cancelling -> running; completed,
-  expired, cancelled -> succeeded with what they produced (requests that never ran are in the
-  error file as `batch_expired` / `batch_cancelled`, or absent: either way those posts fail
-  validation with the reason and are retried or end per the rules); failed -> failed, not
-  billed: OpenAI fails a batch only when its input file fails validation, before any request
-  runs (the business layer gives the possible charge back, as for Anthropic's unbilled ones).
+  expired, cancelled -> ended, and the batch's line says how: answered (its output), errored
+  (failed, taken as billed), or never run (`batch_expired` / `batch_cancelled`, or absent from
+  an expired or cancelled batch: failed, not billed, as OpenAI bills only what ran); failed ->
+  failed, not billed: OpenAI fails a batch only when its input file fails validation, before
+  any request runs (the business layer gives the possible charge back).
 """
 
 from __future__ import annotations
@@ -98,21 +100,13 @@ class OpenAIBatchClient(HttpUpstream):
             raise _costs_nothing(exc) from None
         if found is not None:
             return Created(found)
-        lines = "".join(
-            json.dumps(
-                {
-                    "custom_id": post_id,
-                    "method": "POST",
-                    "url": ENDPOINT,
-                    "body": chat_body(
-                        request.model, request.prompt, [(post_id, text)], self.json_schema
-                    ),
-                },
-                ensure_ascii=False,
-            )
-            + "\n"
-            for post_id, text in request.posts
-        )
+        line = {
+            "custom_id": batch_id,
+            "method": "POST",
+            "url": ENDPOINT,
+            "body": chat_body(request.model, request.prompt, request.posts, self.json_schema),
+        }
+        lines = json.dumps(line, ensure_ascii=False) + "\n"
         try:
             uploaded = json_body(
                 await self._send(
@@ -194,8 +188,7 @@ class OpenAIBatchClient(HttpUpstream):
             return TaskSnapshot(task_id, status, None, None, None)
         lines = await self._lines(data.get("output_file_id"))
         lines += await self._lines(data.get("error_file_id"))
-        output, usage = assemble(lines, str(data["status"]))
-        return TaskSnapshot(task_id, status, output, usage, None)
+        return line_result(task_id, lines, str(data["status"]))
 
     async def _lines(self, file_id: Any) -> list[dict[str, Any]]:
         if not isinstance(file_id, str) or not file_id:
@@ -213,53 +206,33 @@ class OpenAIBatchClient(HttpUpstream):
         return lines
 
 
-def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, int] | None]:
-    """The batch's raw output as the ledger keeps it: one JSON list with the items of every
-    post's answer, and an `{"id", "error"}` item for each post whose request failed (which
-    validation turns into that post's failure reason). Usage summed over the answers."""
-    items: list[Any] = []
-    tokens = [0, 0]
-    answered = False
-    for line in lines:
-        post_id = line["custom_id"]
-        response = line.get("response") or {}
-        body = response.get("body") if isinstance(response, dict) else None
-        failed = not isinstance(response, dict) or response.get("status_code") != 200
-        if line.get("error") or failed:
-            error = line.get("error") or (body or {}).get("error") or {}
-            items.append({"id": post_id, "error": _error_text(error, status)})
-            continue
-        content, usage, error_text = completion_result(body)
-        if usage is not None:
-            answered = True
-            tokens[0] += usage["input_tokens"]
-            tokens[1] += usage["output_tokens"]
-        if content is None:
-            items.append({"id": post_id, "error": error_text})
-            continue
-        try:
-            parsed = json.loads(content)
-        except ValueError:
-            items.append({"id": post_id, "error": f"the answer is not JSON: {content[:200]!r}"})
-            continue
-        items.append(_answer_for(post_id, parsed, content))
-    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1]} if answered else None
-    return json.dumps(items, ensure_ascii=False), usage
+# The codes of a request that never ran: its batch expired or was cancelled first.
+NEVER_RAN = frozenset({"batch_expired", "batch_cancelled"})
 
 
-def _answer_for(post_id: str, parsed: Any, content: str) -> dict[str, Any]:
-    """The one item a line answers for its own post (its custom_id). The model's text decides
-    nothing else: an answer that names another post — a slip, or an instruction hidden in a
-    post's text — is this post's error, never that other post's result."""
-    if isinstance(parsed, dict) and isinstance(parsed.get("results"), list):
-        parsed = parsed["results"]
-    if isinstance(parsed, list) and len(parsed) == 1:
-        parsed = parsed[0]
-    if not isinstance(parsed, dict):
-        return {"id": post_id, "error": f"the answer is not one item: {content[:200]!r}"}
-    if parsed.get("id") != post_id:
-        return {"id": post_id, "error": f"the answer names post {parsed.get('id')!r}, not this one"}
-    return parsed
+def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskSnapshot:
+    """What an ended upstream batch gave its one request (the ledger batch's line): the chat
+    answer as the batch's raw output, or why there is none, and whether that was billed."""
+    if not lines:
+        if status == "completed":  # a completed batch with no line: nothing to show for it
+            return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, "no output line")
+        reason = f"the batch was {status} before its request ran (not billed)"
+        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, reason, billed=False)
+    line = lines[0]
+    response = line.get("response")
+    body = response.get("body") if isinstance(response, dict) else None
+    failed = not isinstance(response, dict) or response.get("status_code") != 200
+    if line.get("error") or failed:
+        error = line.get("error") or (body or {}).get("error") or {}
+        code = error.get("code") if isinstance(error, dict) else None
+        if code in NEVER_RAN:
+            why = f"{_error_text(error, status)} (not billed)"
+            return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, why, billed=False)
+        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, _error_text(error, status))
+    content, usage, error_text = completion_result(body)
+    if content is None:
+        return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error_text)
+    return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, content, usage, None)
 
 
 def _error_text(error: Any, status: str) -> str:

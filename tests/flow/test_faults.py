@@ -64,8 +64,7 @@ def cases(kinds: tuple[str, ...], *faults: str | tuple[Any, ...]) -> list[Any]:
 @pytest.mark.parametrize(
     ("kind", "faulty"),
     cases(UPSTREAM_KINDS, "output:bad_field#1")
-    + cases((TASK_API,), "output:missing_id#1", "output:stray_id#1", "output:duplicate_id#1")
-    + cases((BATCH,), "output:request_error#1"),  # one request of the batch failed upstream
+    + cases((TASK_API,), "output:missing_id#1", "output:stray_id#1", "output:duplicate_id#1"),
     indirect=["faulty"],
 )
 def test_one_invalid_post_is_retried_alone(
@@ -83,9 +82,6 @@ def test_one_invalid_post_is_retried_alone(
         and "24 completed, 1 invalid"
         in [e.why for e in ledger.events(MONTH) if e.entity_id == first_batch.batch_id][-1]
     )
-    if kind == BATCH:  # the post's own request failed, or its answer did not validate
-        why = [e.why for e in ledger.events(MONTH) if e.entity_id == retried]
-        assert any("server_error" in w or "sentiment" in w for w in why), why
     assert {p.post_id: p.attempts for p in ledger.posts(MONTH)} == {
         p.post_id: 2 if p.post_id == retried else 1 for p in ledger.posts(MONTH)
     }
@@ -97,7 +93,7 @@ def test_one_invalid_post_is_retried_alone(
 
 @pytest.mark.parametrize(
     ("kind", "faulty"),
-    cases((TASK_API, *SYNCHRONOUS, MESSAGE_BATCHES), "output:not_json#1")
+    cases((TASK_API, *SYNCHRONOUS, BATCH, MESSAGE_BATCHES), "output:not_json#1")
     + cases((TASK_API,), "output:wrong_shape#1", "output:unknown_ids#1"),
     indirect=["faulty"],
 )
@@ -368,7 +364,11 @@ def test_connection_refused_costs_nothing_and_is_bounded(
 
 
 @pytest.mark.parametrize(
-    ("kind", "faulty"), cases(BILL_FAILED_TASKS, "task:task_failed#1"), indirect=["faulty"]
+    ("kind", "faulty"),
+    cases(BILL_FAILED_TASKS, "task:task_failed#1")
+    # The batch's one request failed upstream (a 500 in its line): taken as billed.
+    + cases((BATCH,), "output:request_error#1"),
+    indirect=["faulty"],
 )
 def test_failed_upstream_task_is_a_paid_business_retry(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
@@ -384,16 +384,16 @@ def test_failed_upstream_task_is_a_paid_business_retry(
 @pytest.mark.parametrize(
     ("kind", "faulty"),
     cases((MESSAGE_BATCHES,), "task:task_failed#1", "task:expired#1", "task:cancelled#1")
-    + cases((BATCH,), "task:task_failed#1"),
+    + cases((BATCH,), "task:task_failed#1", "task:expired#1", "task:cancelled#1"),
     indirect=["faulty"],
 )
 def test_a_request_that_never_ran_is_a_business_retry_that_cost_nothing(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:
-    """An errored, expired or canceled request of a Message Batch, or an OpenAI batch that
-    failed validation, is not billed, and the batch is sent again: only the second one is
-    charged, and the ledger says the same (the first send's possible charge given back; the
-    attempt still counts against the cap)."""
+    """An errored, expired or canceled request of a Message Batch, or the request of an OpenAI
+    batch that failed validation, expired or was cancelled before it ran, is not billed, and
+    the batch is sent again: only the second one is charged, and the ledger says the same (the
+    first send's possible charge given back; the attempt still counts against the cap)."""
     from postledger.guards.charges import spend_summary
 
     run(tmp_path, 25)

@@ -1,7 +1,8 @@
 """The OpenAI Batch API over real HTTP against the simulator, what only it has: a create whose
-answer was lost is found again by its metadata, expired and cancelled batches keep what ran,
-and an orphaned upstream batch (made, its id never saved) is adopted with no new charge. (The
-fault classes common to every kind: tests/flow/test_faults.py.)"""
+answer was lost is found again by its metadata, and an orphaned upstream batch (made, its id
+never saved) is adopted with no new charge. (The fault classes common to every kind, and the
+batches that expired, were cancelled or failed before their request ran:
+tests/flow/test_faults.py.)"""
 
 from __future__ import annotations
 
@@ -56,31 +57,6 @@ def test_a_create_whose_answer_was_lost_is_found_by_its_metadata_never_made_agai
         "by its metadata" in e.why for e in ledger.events(MONTH) if e.entity_id == batch.batch_id
     )
     assert_attempts_are_charges(ledger, faulty)
-
-
-@pytest.mark.parametrize(
-    ("faulty", "code"),
-    [("task:expired#1", "batch_expired"), ("task:cancelled#1", "batch_cancelled")],
-    indirect=["faulty"],
-)
-def test_expired_and_cancelled_batches_keep_what_ran_and_retry_the_rest(
-    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path, code: str
-) -> None:
-    run(tmp_path, 24)
-    # The first batch is billed for the half that ran (as OpenAI bills), the rest once more.
-    ran, again = (c["post_ids"] for c in faulty.charges())
-    assert (len(ran), len(again)) == (12, 12) and set(ran).isdisjoint(again)
-    assert statuses(ledger) == {"completed": 24}
-    first = ledger.batches(MONTH)[0]
-    assert first.status is BatchStatus.COMPLETED
-    for post_id in again:
-        reasons = [e.why for e in ledger.events(MONTH) if e.entity_id == post_id]
-        assert any(code in why for why in reasons), reasons
-    # Every post paid for once; the ones that never ran were tried twice.
-    assert faulty.charged_per_post() == {p.post_id: 1 for p in ledger.posts(MONTH)}
-    assert {p.post_id: p.attempts for p in ledger.posts(MONTH)} == {
-        p.post_id: 2 if p.post_id in again else 1 for p in ledger.posts(MONTH)
-    }
 
 
 # --- recovery: the orphan is adopted, not paid again -----------------------------------------

@@ -50,8 +50,8 @@ def test_a_month_follows_openais_openapi_document(
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     assert proxy.problems == [], "\n".join(proxy.problems)
     assert CALLED[kind] <= set(proxy.operations), proxy.operations
-    if kind == "openai_batch":  # each post's request line, then its answer's line
-        assert proxy.lines == 2 * 60
+    if kind == "openai_batch":  # each ledger batch's request line, then its answer's line
+        assert proxy.lines == 2 * 3
 
 
 def test_the_proxy_reports_what_breaks_the_document(sim: Sim) -> None:

@@ -132,6 +132,9 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     assert header.startswith("id,status,category,sentiment,summary,failure_kind")
 
 
+# The OpenAI Batch API too: one request line per ledger batch, so the prompt is counted (and
+# paid) once per batch, as the simulator charges it.
+@pytest.mark.parametrize("kind", ["task_api", "openai_batch"])
 def test_spend_equals_the_simulators_usage(
     prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:
