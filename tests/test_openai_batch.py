@@ -53,3 +53,32 @@ def test_a_request_that_never_ran_is_not_billed() -> None:
 def test_a_completed_batch_without_the_line_is_a_failure_taken_as_billed() -> None:
     got = line_result("batch_1", [], "completed")
     assert (got.status, got.billed) == (TaskStatus.FAILED, True)
+
+
+def test_a_batch_made_before_one_line_per_batch_is_read_a_line_per_post() -> None:
+    """An upstream batch made by an earlier postledger (one line per post) and still running
+    across the upgrade: each line answers for its own post, the usage of every line counts,
+    and the model's text never decides which post an answer belongs to."""
+
+    def line(custom_id: str, content: object) -> dict[str, object]:
+        return {**answered(content), "custom_id": custom_id}
+
+    good = {"id": "a", "category": "praise", "sentiment": "positive", "summary": "ok"}
+    got = line_result(
+        "batch_1",
+        [
+            line("a", [good]),
+            line("b", {**good, "id": "c"}),  # names another post: b's error, never c's result
+            line("c", {**good, "id": "c"}),  # a bare object (json_object mode) is fine
+            line("d", [good, good]),  # two items for one post
+            errored("server_error", 500) | {"custom_id": "e"},
+        ],
+        "completed",
+    )
+    assert got.status is TaskStatus.SUCCEEDED
+    items = {item["id"]: item for item in json.loads(got.output or "")}
+    assert items["a"] == good and items["c"]["category"] == "praise"
+    assert "names post 'c'" in items["b"]["error"]
+    assert "not one item" in items["d"]["error"]
+    assert "server_error" in items["e"]["error"]
+    assert got.usage == {"input_tokens": 40, "output_tokens": 20}

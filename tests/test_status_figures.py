@@ -149,3 +149,31 @@ def test_a_database_that_does_not_answer_is_said_so() -> None:
     url = "postgresql+psycopg://postgres@127.0.0.1:9/none?connect_timeout=2"
     with pytest.raises(LedgerUnreadable, match="POSTLEDGER_DATABASE_URL"), read_only(url):
         pass
+
+
+def test_a_ledger_from_before_migrations_is_said_so(any_ledger_url: str) -> None:
+    ledger = Ledger(any_ledger_url)
+    with ledger.engine.begin() as connection:
+        connection.exec_driver_sql("DROP TABLE alembic_version")
+    ledger.close()
+    with (
+        pytest.raises(SchemaMismatch, match="from before migrations"),
+        read_only(any_ledger_url),
+    ):
+        pass
+
+
+def test_urls_are_read_as_sqlalchemy_reads_them(any_ledger_url: str, tmp_path: Path) -> None:
+    """A password with a bare `%` (PostgreSQL here trusts any password), a percent-encoded
+    SQLite path: the same ledger the ORM opens, never an error that shows the password."""
+    if any_ledger_url.startswith("sqlite"):
+        folder = tmp_path / "a folder"
+        folder.mkdir()
+        url = f"sqlite:///{folder / 'ledger.db'}"
+        written, read = url, url.replace("a folder", "a%20folder")
+    else:
+        written = any_ledger_url
+        read = any_ledger_url.replace("postgres@", "postgres:p%zzword@", 1)
+    _a_month_with_everything(written).close()
+    with read_only(read) as reader:
+        assert reader is not None and figures.post_counts(reader, MONTH)[PostStatus.FAILED] == 4

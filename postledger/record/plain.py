@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from postledger.record.migrate import mismatch
+from postledger.record.migrate import SchemaMismatch, mismatch
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -64,10 +64,19 @@ class Reader:
         self._postgres = postgres
 
     def rows(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        # No query here has a literal `?` or `%`: the placeholders are all there is to convert.
         cursor = self._connection.cursor()
         try:
             cursor.execute(sql.replace("?", "%s") if self._postgres else sql, params)
             return [tuple(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def run(self, sql: str) -> None:
+        """A statement that returns no rows (a transaction's settings)."""
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute(sql)
         finally:
             cursor.close()
 
@@ -107,20 +116,23 @@ def read_only(url: str) -> Iterator[Reader | None]:
     scheme, _, rest = url.partition("://")
     backend = scheme.split("+", 1)[0]
     if backend == "sqlite":
-        opened = _sqlite(rest.split("?", 1)[0][1:])
+        opened = _sqlite(unquote(rest.split("?", 1)[0][1:]))
     elif backend.startswith("postgres"):
-        opened = _postgres(f"postgresql://{rest}")
+        opened = _postgres(url)
     else:
         raise LedgerUnreadable(
             f"a ledger on {backend!r} cannot be read: the ledger is SQLite or PostgreSQL"
         )
     with opened as reader:
-        if reader is None or "posts" not in reader.tables("posts"):
+        tables = reader.tables("posts", "alembic_version") if reader is not None else set()
+        if reader is None or "posts" not in tables:
             yield None
             return
-        found = reader.rows("SELECT version_num FROM alembic_version")
-        revision = found[0][0] if len(found) == 1 else None
-        if (problem := mismatch(revision)) is not None:
+        found = reader.rows("SELECT version_num FROM alembic_version") if len(tables) == 2 else []
+        if len(found) > 1:
+            revisions = sorted(row[0] for row in found)
+            raise SchemaMismatch(f"the ledger is at several revisions at once: {revisions}")
+        if (problem := mismatch(found[0][0] if found else None)) is not None:
             raise problem
         yield reader
 
@@ -147,12 +159,28 @@ def _sqlite(database: str) -> Iterator[Reader | None]:
         connection.close()
 
 
+def _connect_arguments(url: str) -> dict[str, Any]:
+    """psycopg's keyword arguments for a SQLAlchemy PostgreSQL URL, decoded as SQLAlchemy
+    decodes it (a password with a bare `%` is taken as it is, never shown in an error)."""
+    parts = urlsplit(url)
+    arguments: dict[str, Any] = dict(parse_qsl(parts.query))
+    named = {
+        "host": parts.hostname,
+        "port": parts.port,
+        "user": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+        "dbname": unquote(parts.path.lstrip("/")) or None,
+    }
+    arguments.update({key: value for key, value in named.items() if value is not None})
+    return arguments
+
+
 @contextmanager
-def _postgres(conninfo: str) -> Iterator[Reader | None]:
+def _postgres(url: str) -> Iterator[Reader | None]:
     import psycopg
 
     try:
-        connection = psycopg.connect(conninfo)
+        connection = psycopg.connect(**_connect_arguments(url))
     except psycopg.Error as exc:
         raise LedgerUnreadable(unusable(_first_line(exc))) from None
     try:
@@ -174,10 +202,18 @@ def through(engine: Engine) -> Iterator[Reader]:
     """A `Reader` over a connection of the ledger's own engine (a process that has it open)."""
     connection = engine.raw_connection()
     postgres = engine.dialect.name == "postgresql"
+    reader = Reader(connection, postgres=postgres)
+    errors = engine.dialect.loaded_dbapi.Error
     try:
-        if not postgres:
-            connection.cursor().execute("BEGIN")  # the engine's SQLite connections autocommit
-        yield Reader(connection, postgres=postgres)
+        # One snapshot for every query of this look: the engine's SQLite connections
+        # autocommit; its PostgreSQL ones read committed.
+        if postgres:
+            reader.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        else:
+            reader.run("BEGIN")
+        yield reader
+    except errors as exc:
+        raise LedgerUnreadable(unusable(_first_line(exc))) from None
     finally:
         connection.rollback()
         connection.close()

@@ -163,10 +163,10 @@ class Transitions:
         if (target is P.FAILED) != (failure is not None):
             raise ValueError("a failed post needs a failure kind, and only a failed post has one")
         into_batches = changes[0].batch_id is not None
+        if any((change.batch_id is not None) != into_batches for change in changes):
+            raise ValueError("either every change of a bulk move names a batch, or none")
         for chunk in chunks(changes):
             for change in chunk:
-                if (change.batch_id is not None) != into_batches:
-                    raise ValueError("either every change of a bulk move names a batch, or none")
                 self._log(EntityKind.POST, change.post_id, current, target, change.why)
             self.write_events()  # a chunk of events at a time in memory, not a month's
         rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]

@@ -39,6 +39,7 @@ from postledger.upstreams.http import (
     json_body,
     lost_answer,
 )
+from postledger.upstreams.openai_batch_per_post import assemble, request_error
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 BATCH_KEY = "postledger_batch"
@@ -218,6 +219,9 @@ def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskS
             return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, "no output line")
         reason = f"the batch was {status} before its request ran (not billed)"
         return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, reason, billed=False)
+    if len(lines) > 1:  # made before one line per ledger batch: one line per post
+        output, usage = assemble(lines, status)
+        return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, output, usage, None)
     line = lines[0]
     response = line.get("response")
     body = response.get("body") if isinstance(response, dict) else None
@@ -226,19 +230,13 @@ def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskS
         error = line.get("error") or (body or {}).get("error") or {}
         code = error.get("code") if isinstance(error, dict) else None
         if code in NEVER_RAN:
-            why = f"{_error_text(error, status)} (not billed)"
+            why = f"{request_error(error, status)} (not billed)"
             return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, why, billed=False)
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, _error_text(error, status))
+        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, request_error(error, status))
     content, usage, error_text = completion_result(body)
     if content is None:
         return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error_text)
     return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, content, usage, None)
-
-
-def _error_text(error: Any, status: str) -> str:
-    if isinstance(error, dict) and (error.get("code") or error.get("message")):
-        return f"{error.get('code') or error.get('type')}: {error.get('message')}"
-    return f"the request failed (batch {status})"
 
 
 def _costs_nothing(exc: TransportError) -> TransportError:

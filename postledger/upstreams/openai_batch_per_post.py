@@ -1,0 +1,67 @@
+"""OpenAI batches that postledger made before it sent one request line per ledger batch: one
+line per post, `custom_id` = the post id. An upstream batch runs for up to 24 hours, so one made
+before an upgrade can still be polled (or adopted) after it: it is settled as it was sent,
+each line answering for its own post, and its usage summed over every line (all billed)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from postledger.upstreams.openai_protocol import completion_result
+
+
+def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, int] | None]:
+    """The batch's raw output as the ledger keeps it: one JSON list with the items of every
+    post's answer, and an `{"id", "error"}` item for each post whose request failed (which
+    validation turns into that post's failure reason). Usage summed over the answers."""
+    items: list[Any] = []
+    tokens = [0, 0]
+    answered = False
+    for line in lines:
+        post_id = line["custom_id"]
+        response = line.get("response") or {}
+        body = response.get("body") if isinstance(response, dict) else None
+        failed = not isinstance(response, dict) or response.get("status_code") != 200
+        if line.get("error") or failed:
+            error = line.get("error") or (body or {}).get("error") or {}
+            items.append({"id": post_id, "error": request_error(error, status)})
+            continue
+        content, usage, error_text = completion_result(body)
+        if usage is not None:
+            answered = True
+            tokens[0] += usage["input_tokens"]
+            tokens[1] += usage["output_tokens"]
+        if content is None:
+            items.append({"id": post_id, "error": error_text})
+            continue
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            items.append({"id": post_id, "error": f"the answer is not JSON: {content[:200]!r}"})
+            continue
+        items.append(_answer_for(post_id, parsed, content))
+    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1]} if answered else None
+    return json.dumps(items, ensure_ascii=False), usage
+
+
+def _answer_for(post_id: str, parsed: Any, content: str) -> dict[str, Any]:
+    """The one item a line answers for its own post (its custom_id). The model's text decides
+    nothing else: an answer that names another post — a slip, or an instruction hidden in a
+    post's text — is this post's error, never that other post's result."""
+    if isinstance(parsed, dict) and isinstance(parsed.get("results"), list):
+        parsed = parsed["results"]
+    if isinstance(parsed, list) and len(parsed) == 1:
+        parsed = parsed[0]
+    if not isinstance(parsed, dict):
+        return {"id": post_id, "error": f"the answer is not one item: {content[:200]!r}"}
+    if parsed.get("id") != post_id:
+        return {"id": post_id, "error": f"the answer names post {parsed.get('id')!r}, not this one"}
+    return parsed
+
+
+def request_error(error: Any, status: str) -> str:
+    """A failed request's code and message, as the ledger says them."""
+    if isinstance(error, dict) and (error.get("code") or error.get("message")):
+        return f"{error.get('code') or error.get('type')}: {error.get('message')}"
+    return f"the request failed (batch {status})"
