@@ -290,15 +290,15 @@ def add_openai_routes(
         task = batch.task
         texts = dict(task.posts)
         requests = batch.requests
-        ran = requests if status == "completed" else requests[: len(requests) // 2]
+        ran = len(requests) if status == "completed" else len(requests) // 2  # the first ones
         try:
             items = json.loads(task.output)
         except ValueError:
             items = None
         out, errors = [], []
-        for custom_id, post_ids in requests:
+        for index, (custom_id, post_ids) in enumerate(requests):
             line: dict[str, Any] = {"id": _new_id("batch_req"), "custom_id": custom_id}
-            if (custom_id, post_ids) not in ran:
+            if index >= ran:
                 code, message = UNDONE[status]
                 errors.append(
                     {**line, "response": None, "error": {"code": code, "message": message}}
@@ -341,7 +341,7 @@ def add_openai_routes(
             ).id
         batch.counts = {"total": len(requests), "completed": len(out), "failed": len(errors)}
         if status != "completed":  # expired or cancelled: billed for the requests that ran
-            upstream.bill_only(task.task_id, [post for _, ids in ran for post in ids])
+            upstream.bill_only(task.task_id, [post for _, ids in requests[:ran] for post in ids])
         elif out:  # billed as its answers report their usage
             usages = [line["response"]["body"]["usage"] for line in out]
             upstream.bill_usage(

@@ -138,23 +138,30 @@ def read_only(url: str) -> Iterator[Reader | None]:
 
 
 @contextmanager
+def _unreadable_on(errors: type[Exception]) -> Iterator[None]:
+    """The driver's `errors` said in one line, as `LedgerUnreadable`."""
+    try:
+        yield
+    except errors as exc:
+        reason = (str(exc).strip().splitlines() or ["no answer"])[0]
+        raise LedgerUnreadable(unusable(reason)) from None
+
+
+@contextmanager
 def _sqlite(database: str) -> Iterator[Reader | None]:
     import sqlite3
 
     if not database or database == ":memory:" or not Path(database).is_file():
         yield None  # looking creates nothing
         return
-    try:
+    with _unreadable_on(sqlite3.Error):
         connection = sqlite3.connect(
             f"file:{quote(database)}?mode=ro", uri=True, isolation_level=None, timeout=30
         )
-    except sqlite3.Error as exc:
-        raise LedgerUnreadable(unusable(str(exc))) from None
     try:
-        connection.execute("BEGIN")  # one snapshot for every query of this look
-        yield Reader(connection, postgres=False)
-    except sqlite3.Error as exc:
-        raise LedgerUnreadable(unusable(str(exc))) from None
+        with _unreadable_on(sqlite3.Error):
+            connection.execute("BEGIN")  # one snapshot for every query of this look
+            yield Reader(connection, postgres=False)
     finally:
         connection.close()
 
@@ -179,22 +186,15 @@ def _connect_arguments(url: str) -> dict[str, Any]:
 def _postgres(url: str) -> Iterator[Reader | None]:
     import psycopg
 
-    try:
+    with _unreadable_on(psycopg.Error):
         connection = psycopg.connect(**_connect_arguments(url))
-    except psycopg.Error as exc:
-        raise LedgerUnreadable(unusable(_first_line(exc))) from None
     try:
-        connection.read_only = True
-        connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # one snapshot
-        yield Reader(connection, postgres=True)
-    except psycopg.Error as exc:
-        raise LedgerUnreadable(unusable(_first_line(exc))) from None
+        with _unreadable_on(psycopg.Error):
+            connection.read_only = True
+            connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # one snapshot
+            yield Reader(connection, postgres=True)
     finally:
         connection.close()
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or ["no answer"])[0]
 
 
 @contextmanager
@@ -203,17 +203,15 @@ def through(engine: Engine) -> Iterator[Reader]:
     connection = engine.raw_connection()
     postgres = engine.dialect.name == "postgresql"
     reader = Reader(connection, postgres=postgres)
-    errors = engine.dialect.loaded_dbapi.Error
     try:
-        # One snapshot for every query of this look: the engine's SQLite connections
-        # autocommit; its PostgreSQL ones read committed.
-        if postgres:
-            reader.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        else:
-            reader.run("BEGIN")
-        yield reader
-    except errors as exc:
-        raise LedgerUnreadable(unusable(_first_line(exc))) from None
+        with _unreadable_on(engine.dialect.loaded_dbapi.Error):
+            # One snapshot for every query of this look: the engine's SQLite connections
+            # autocommit; its PostgreSQL ones read committed.
+            if postgres:
+                reader.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            else:
+                reader.run("BEGIN")
+            yield reader
     finally:
         connection.rollback()
         connection.close()

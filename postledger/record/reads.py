@@ -4,7 +4,7 @@ writes, so a ledger opened read-only (R30) offers all of it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 
 from sqlalchemy import Engine, func
@@ -46,11 +46,9 @@ def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> lis
 class LedgerReads:
     engine: Engine
 
-    @contextmanager
-    def plain(self) -> Iterator[Reader]:
+    def plain(self) -> AbstractContextManager[Reader]:
         """A look at the ledger in plain SQL (`postledger.record.figures`), in one snapshot."""
-        with through(self.engine) as reader:
-            yield reader
+        return through(self.engine)
 
     @contextmanager
     def _read(self) -> Iterator[Session]:

@@ -39,8 +39,13 @@ from postledger.upstreams.http import (
     json_body,
     lost_answer,
 )
-from postledger.upstreams.openai_batch_per_post import assemble, request_error
-from postledger.upstreams.openai_protocol import chat_body, completion_result
+from postledger.upstreams.openai_batch_per_post import assemble
+from postledger.upstreams.openai_protocol import (
+    batch_line,
+    chat_body,
+    completion_result,
+    request_error,
+)
 
 BATCH_KEY = "postledger_batch"
 IDEMPOTENCY_KEY = "postledger_key"
@@ -222,14 +227,9 @@ def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskS
     if len(lines) > 1:  # made before one line per ledger batch: one line per post
         output, usage = assemble(lines, status)
         return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, output, usage, None)
-    line = lines[0]
-    response = line.get("response")
-    body = response.get("body") if isinstance(response, dict) else None
-    failed = not isinstance(response, dict) or response.get("status_code") != 200
-    if line.get("error") or failed:
-        error = line.get("error") or (body or {}).get("error") or {}
-        code = error.get("code") if isinstance(error, dict) else None
-        if code in NEVER_RAN:
+    body, error = batch_line(lines[0])
+    if error is not None:
+        if error.get("code") in NEVER_RAN:
             why = f"{request_error(error, status)} (not billed)"
             return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, why, billed=False)
         return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, request_error(error, status))

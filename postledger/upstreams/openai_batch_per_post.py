@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from postledger.upstreams.openai_protocol import completion_result
+from postledger.upstreams.openai_protocol import batch_line, completion_result, request_error
 
 
 def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, int] | None]:
@@ -20,11 +20,8 @@ def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, i
     answered = False
     for line in lines:
         post_id = line["custom_id"]
-        response = line.get("response") or {}
-        body = response.get("body") if isinstance(response, dict) else None
-        failed = not isinstance(response, dict) or response.get("status_code") != 200
-        if line.get("error") or failed:
-            error = line.get("error") or (body or {}).get("error") or {}
+        body, error = batch_line(line)
+        if error is not None:
             items.append({"id": post_id, "error": request_error(error, status)})
             continue
         content, usage, error_text = completion_result(body)
@@ -58,10 +55,3 @@ def _answer_for(post_id: str, parsed: Any, content: str) -> dict[str, Any]:
     if parsed.get("id") != post_id:
         return {"id": post_id, "error": f"the answer names post {parsed.get('id')!r}, not this one"}
     return parsed
-
-
-def request_error(error: Any, status: str) -> str:
-    """A failed request's code and message, as the ledger says them."""
-    if isinstance(error, dict) and (error.get("code") or error.get("message")):
-        return f"{error.get('code') or error.get('type')}: {error.get('message')}"
-    return f"the request failed (batch {status})"

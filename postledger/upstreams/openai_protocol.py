@@ -87,3 +87,21 @@ def completion_result(body: Any) -> tuple[str | None, dict[str, int] | None, str
     refusal = message.get("refusal") if isinstance(message, dict) else None
     reason = choices[0].get("finish_reason")
     return None, usage, f"no content (finish_reason {reason!r}{f': {refusal}' if refusal else ''})"
+
+
+def batch_line(line: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+    """(body, error) of one line of a Batch API output or error file: the chat completion
+    its request answered with, or the error that stands in for it."""
+    response = line.get("response")
+    body = response.get("body") if isinstance(response, dict) else None
+    if not line.get("error") and isinstance(response, dict) and response.get("status_code") == 200:
+        return body, None
+    error = line.get("error") or (body or {}).get("error")
+    return None, error if isinstance(error, dict) else {}
+
+
+def request_error(error: dict[str, Any], status: str) -> str:
+    """A failed Batch API request's code and message, as the ledger says them."""
+    if error.get("code") or error.get("message"):
+        return f"{error.get('code') or error.get('type')}: {error.get('message')}"
+    return f"the request failed (batch {status})"
