@@ -46,11 +46,8 @@ from postledger.progress.words import SIMULATED
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchStatus
 from postledger.record.month_lease import MonthBusy
-from postledger.recovery.interrupted import (
-    finish_saved_outputs,
-    import_spill,
-    recovery_plan,
-)
+from postledger.recovery.interrupted import finish_saved_outputs, import_spill
+from postledger.recovery.steps import recovery_plan
 from postledger.settings import Settings, in_force
 from postledger.upstreams import can_list
 from postledger.upstreams.errors import UpstreamError
@@ -159,7 +156,8 @@ def process_month(
         know_the_posts(run, posts, path)
         finish_saved_outputs_first(run)
         adopt_orphans(run)
-        recovery = recovery_plan(run.ledger, run.month, run.settings)
+        with run.ledger.plain() as reader:
+            recovery = recovery_plan(reader, run.month, run.settings)
         answer = answer_given_before(
             run.ledger, run.month, recovery, run.settings, poll=poll, resubmit=resubmit
         )

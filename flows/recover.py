@@ -15,7 +15,7 @@ from flows.approval import how_to_answer, no_answer, pause_for_answer, spent_so_
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.record.models import ApprovalRecord, Question
-from postledger.recovery.interrupted import RecoveryAction, RecoveryPlan
+from postledger.recovery.steps import RecoveryAction, RecoveryPlan
 from postledger.settings import Settings
 
 

@@ -23,7 +23,7 @@ from postledger.batches.planning import PlanReport
 from postledger.batches.posts import Post
 from postledger.failures.policy import Decision
 from postledger.guards.approvals import Approvals
-from postledger.guards.breaker import apply_signal, check_may_start
+from postledger.guards.breaker_state import apply_signal, check_may_start
 from postledger.guards.charges import book_gateway_retries, book_send
 from postledger.guards.spend import Price, unpriced_budget
 from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine

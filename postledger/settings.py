@@ -16,13 +16,12 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
 from postledger.failures.policy import Limits
 from postledger.guards.spend import DEFAULT_PRICES, Price
 from postledger.guards.spill import month_file
 from postledger.progress.words import BUNDLED_SIMULATOR
-from postledger.record.plain import ledger_url
+from postledger.record.plain import ledger_url, sqlite_file
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
@@ -244,9 +243,9 @@ class Settings(BaseSettings):
         """R20, R46: where the append-only spill files live (one per month, `spill_file`)."""
         if self.spill_path:
             return self.spill_path
-        url = make_url(self.resolved_database_url(create_folder=False))
-        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-            return Path(f"{url.database}.spill.jsonl")
+        database = sqlite_file(self.resolved_database_url(create_folder=False))
+        if database is not None:
+            return Path(f"{database}.spill.jsonl")
         return Path.cwd() / ".postledger" / "spill.jsonl"
 
     def spill_file(self, month: str) -> Path:

@@ -66,12 +66,9 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.month_lease import MonthLost
-from postledger.recovery.interrupted import (
-    RecoveryAction,
-    finish_from_output,
-    finish_saved_outputs,
-    plan_recovery,
-)
+from postledger.record.rows import interrupted as interrupted_batches
+from postledger.recovery.interrupted import finish_from_output, finish_saved_outputs
+from postledger.recovery.steps import RecoveryAction, plan_recovery
 from postledger.upstreams.errors import UpstreamError
 from tests.conftest import LEDGER_ON_POSTGRES
 from tests.money_model import (
@@ -557,15 +554,17 @@ class MoneyModel(RuleBasedStateMachine):
         ledger.close_emptied(month)
         finish_saved_outputs(ledger, month, self.limits)
         assert not ledger.batches(month, BatchStatus.RECEIVED), "R21: a saved output left"
-        batches = ledger.batches(month, BatchStatus.RUNNING, BatchStatus.RECEIVED)
+        with ledger.plain() as reader:
+            batches = interrupted_batches(reader, month)
         plan = plan_recovery(
             batches,
-            {b.batch_id: ledger.posts_of(b.batch_id) for b in batches},
             idempotent=self.honour,
             price=PRICE,
             prompt=PROMPT,
         )
-        by_id = {b.batch_id: b for b in batches}
+        records = ledger.batches(month, BatchStatus.RUNNING, BatchStatus.RECEIVED)
+        assert [b.batch_id for b in records] == [b.batch_id for b in batches]
+        by_id = {b.batch_id: b for b in records}
         for step_ in plan.of(RecoveryAction.POLL) + plan.of(RecoveryAction.RESUBMIT):
             has_id = by_id[step_.batch_id].upstream_task_id is not None
             assert (step_.action is RecoveryAction.POLL) is has_id, step_

@@ -166,7 +166,7 @@ def test_the_pause_questions_and_their_log_lines_cite_no_rule_number(
     from postledger.guards.breaker import Signal
     from postledger.ledger import Ledger
     from postledger.record.models import ApprovalRecord, Question
-    from postledger.recovery.interrupted import RecoveryAction, RecoveryPlan, RecoveryStep
+    from postledger.recovery.steps import RecoveryAction, RecoveryPlan, RecoveryStep
     from postledger.settings import Settings
 
     asked: list[str] = []

@@ -10,11 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from postledger.batches.output import OutputCheck
 from postledger.failures.hints import CONTINUE_HINTS
 from postledger.guards.breaker import Signal
-from postledger.record.models import BatchRecord, BatchStatus, FailureKind, PostRecord, PostStatus
+from postledger.record.kinds import BatchStatus, FailureKind, PostStatus
+
+if TYPE_CHECKING:
+    from postledger.record.models import BatchRecord, PostRecord
 
 
 class Reach(StrEnum):

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from postledger.guards.breaker import Signal, apply_signal, breaker_for_update
+from postledger.guards.breaker import Signal
+from postledger.guards.breaker_state import apply_signal, breaker_for_update
 from postledger.record.db import BREAKERS, WriteLocks
 from postledger.record.models import (
     Answer,
@@ -45,10 +46,6 @@ class Approvals:
         with Session(self._engine) as session:
             return session.get(BreakerRecord, upstream) or BreakerRecord(upstream=upstream)
 
-    def breakers(self) -> list[BreakerRecord]:
-        with Session(self._engine) as session:
-            return list(session.exec(select(BreakerRecord).order_by(BreakerRecord.upstream)))
-
     def history(self, upstream: str | None = None, limit: int = 20) -> list[BreakerEventRecord]:
         """The latest breaker events, oldest first."""
         with Session(self._engine) as session:
@@ -57,11 +54,6 @@ class Approvals:
                 query = query.where(BreakerEventRecord.upstream == upstream)
             rows = session.exec(query.order_by(col(BreakerEventRecord.id).desc()).limit(limit))
             return list(reversed(list(rows)))
-
-    def breaker_events_of(self, month: str) -> int:
-        """How many breaker events runs of `month` caused or answered."""
-        with Session(self._engine) as session:
-            return session.exec(select(func.count()).where(BreakerEventRecord.month == month)).one()
 
     def signal(self, upstream: str, signal: Signal, why: str, *, month: str) -> BreakerRecord:
         """Tell the breaker what a batch's upstream calls ended with (outside a batch's own
@@ -105,16 +97,6 @@ class Approvals:
         with Session(self._engine) as session:
             open_ = self._unanswered(session, month)
             return open_[-1] if open_ else None
-
-    def all_waiting(self) -> list[ApprovalRecord]:
-        with Session(self._engine) as session:
-            return list(
-                session.exec(
-                    select(ApprovalRecord)
-                    .where(col(ApprovalRecord.answer).is_(None))
-                    .order_by(col(ApprovalRecord.id))
-                )
-            )
 
     def approvals(self, month: str) -> list[ApprovalRecord]:
         with Session(self._engine) as session:

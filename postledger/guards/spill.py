@@ -22,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
-from postledger.record.models import month_of, utcnow
+from postledger.record.kinds import month_of, utcnow
 
 T = TypeVar("T")
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from postledger.failures.hints import CONTINUE_HINTS
+from postledger.guards.breaker import advice
 from postledger.guards.spend import money
 from postledger.progress.words import BUNDLED_SIMULATOR
-from postledger.record import figures
-from postledger.record.kinds import Answer, BatchStatus, PostStatus, Question
-from postledger.record.plain import Reader
+from postledger.record import figures, rows
+from postledger.record.kinds import Answer, BatchStatus, BreakerLevel, PostStatus, Question, utcnow
+from postledger.record.plain import Reader, backend_of, sqlite_file
 
 if TYPE_CHECKING:
     from postledger.ledger import Ledger
@@ -30,13 +31,10 @@ def open_read_only(settings: Settings) -> Ledger | None:
     """The ledger opened so that nothing can be written; None if there is no ledger yet."""
     from pathlib import Path
 
-    from sqlalchemy.engine import make_url
-
     from postledger.ledger import Ledger
 
     url = settings.resolved_database_url(create_folder=False)  # looking creates nothing
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+    if backend_of(url) == "sqlite" and not Path(sqlite_file(url) or "").is_file():
         return None
     return Ledger(url, read_only=True)
 
@@ -165,19 +163,17 @@ def _waiting_for(month: str, questions: list[figures.AskedQuestion]) -> dict[str
     }
 
 
-def breaker_report(ledger: Ledger | None, configured: str) -> dict[str, Any]:
+def breaker_report(reader: Reader | None, configured: str) -> dict[str, Any]:
     """Every breaker the ledger knows, plus the configured upstream's (normal if it never
-    tripped), each with its history and advice; and the questions that wait for a person."""
-    from postledger.guards.breaker import advice
-    from postledger.record.models import BreakerRecord
-
-    known = ledger.approvals.breakers() if ledger is not None else []
+    tripped), each with its history and advice; and the questions that wait for a person.
+    `reader` None: there is no ledger yet."""
+    known = rows.breakers(reader) if reader is not None else []
     if configured not in {b.upstream for b in known}:
-        known.append(BreakerRecord(upstream=configured))
-    waiting = ledger.approvals.all_waiting() if ledger is not None else []
+        known.append(rows.Breaker(configured, BreakerLevel.NORMAL, 0, None, utcnow()))
+    waiting = rows.open_questions(reader) if reader is not None else []
     breakers = []
     for breaker in known:
-        history = ledger.approvals.history(breaker.upstream) if ledger is not None else []
+        history = rows.breaker_history(reader, breaker.upstream) if reader is not None else []
         # The month to answer for: the one whose run waits, else the one that tripped it last.
         asking = [q.month for q in waiting if q.upstream == breaker.upstream]
         tripped = [e.month for e in history if e.month]

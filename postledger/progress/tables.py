@@ -12,7 +12,7 @@ from postledger.record.kinds import BatchStatus
 
 if TYPE_CHECKING:
     from postledger.record.figures import FailedPost
-    from postledger.recovery.interrupted import RecoveryPlan
+    from postledger.recovery.steps import RecoveryPlan
 
 
 def status_table(report: dict[str, Any]) -> Table:

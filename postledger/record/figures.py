@@ -19,7 +19,7 @@ from postledger.record.kinds import (
     Question,
     SpendState,
 )
-from postledger.record.plain import Reader, when
+from postledger.record.plain import Reader, stamped
 
 
 @dataclass(frozen=True)
@@ -173,16 +173,10 @@ def questions(reader: Reader, month: str) -> list[AskedQuestion]:
         "SELECT id, kind, asked_at, answer FROM approvals WHERE month = ? ORDER BY id", month
     )
     return [
-        AskedQuestion(int(id_), Question[kind], _asked_at(at), Answer[answer] if answer else None)
+        AskedQuestion(int(id_), Question[kind], stamped(at), Answer[answer] if answer else None)
         for id_, kind, at, answer in rows
     ]
 
 
 def _kind(name: str | None) -> FailureKind | None:
     return FailureKind[name] if name else None
-
-
-def _asked_at(value: datetime | str) -> datetime:
-    moment = when(value)
-    assert moment is not None  # the column is NOT NULL
-    return moment

@@ -1,9 +1,23 @@
-"""The ledger's enums: what its rows can say. Apart from the tables (`models.py`) so that a
-reader that needs no ORM (`postledger status`) can use them without importing SQLAlchemy."""
+"""The ledger's enums (what its rows can say), its clock and how it names a batch. Apart from
+the tables (`models.py`) so that a reader that needs no ORM (`postledger status`) can use them
+without importing SQLAlchemy."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import StrEnum
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def batch_id_for(month: str, seq: int) -> str:
+    return f"{month}-b{seq:04d}"
+
+
+def month_of(batch_id: str) -> str:
+    return batch_id.split("-b", 1)[0]
 
 
 class PostStatus(StrEnum):

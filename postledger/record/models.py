@@ -23,9 +23,12 @@ from postledger.record.kinds import (
     PostStatus,
     Question,
     SpendState,
+    batch_id_for,
+    month_of,
+    utcnow,
 )
 
-# Re-exported: most of the code takes the enums from here, beside the tables.
+# Re-exported: most of the code takes the enums (and the clock) from here, beside the tables.
 __all__ = [
     "Answer",
     "BatchStatus",
@@ -36,19 +39,10 @@ __all__ = [
     "PostStatus",
     "Question",
     "SpendState",
+    "batch_id_for",
+    "month_of",
+    "utcnow",
 ]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def batch_id_for(month: str, seq: int) -> str:
-    return f"{month}-b{seq:04d}"
-
-
-def month_of(batch_id: str) -> str:
-    return batch_id.split("-b", 1)[0]
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -43,6 +43,20 @@ def ledger_url(database_url: str | None, *, create_folder: bool = True) -> str:
     return f"sqlite:///{folder / 'ledger.db'}"
 
 
+def backend_of(url: str) -> str:
+    """The database a SQLAlchemy URL names: `sqlite`, `postgresql`, … (its driver left off)."""
+    return url.partition("://")[0].split("+", 1)[0]
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL, decoded as SQLAlchemy decodes it; None for an in-memory
+    SQLite database or another kind of database."""
+    if backend_of(url) != "sqlite":
+        return None
+    database = unquote(url.partition("://")[2].split("?", 1)[0][1:])
+    return database if database and database != ":memory:" else None
+
+
 def unusable(reason: str) -> str:
     """What to say of a ledger database that failed to answer `reason`."""
     if "locked" in reason:  # SQLite's: another process holds the write lock
@@ -108,15 +122,21 @@ def when(value: datetime | str | None) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def stamped(value: datetime | str) -> datetime:
+    """A time from a NOT NULL column, as timezone-aware UTC."""
+    moment = when(value)
+    assert moment is not None
+    return moment
+
+
 @contextmanager
 def read_only(url: str) -> Iterator[Reader | None]:
     """The ledger at `url`, opened so that nothing can be written, in one snapshot. None when
     there is nothing to read yet (no SQLite file, or no tables). A schema this postledger does
     not know raises `SchemaMismatch`; a database that does not answer, `LedgerUnreadable`."""
-    scheme, _, rest = url.partition("://")
-    backend = scheme.split("+", 1)[0]
+    backend = backend_of(url)
     if backend == "sqlite":
-        opened = _sqlite(unquote(rest.split("?", 1)[0][1:]))
+        opened = _sqlite(sqlite_file(url))
     elif backend.startswith("postgres"):
         opened = _postgres(url)
     else:
@@ -148,10 +168,10 @@ def _unreadable_on(errors: type[Exception]) -> Iterator[None]:
 
 
 @contextmanager
-def _sqlite(database: str) -> Iterator[Reader | None]:
+def _sqlite(database: str | None) -> Iterator[Reader | None]:
     import sqlite3
 
-    if not database or database == ":memory:" or not Path(database).is_file():
+    if database is None or not Path(database).is_file():
         yield None  # looking creates nothing
         return
     with _unreadable_on(sqlite3.Error):

@@ -311,7 +311,7 @@ def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from postledger.recovery.interrupted import RecoveryAction, recovery_plan
+    from postledger.recovery.steps import RecoveryAction, recovery_plan
     from postledger.settings import Settings
 
     monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", "false")
@@ -330,7 +330,8 @@ def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
     assert statuses(ledger) == {"running": 25, "completed": 5}
     assert_attempts_are_charges(ledger, faulty)  # the upstream did make it: 1 charge, 1 attempt
     assert ledger.retry_failed(MONTH) == 0  # nothing to resend behind a person's back
-    plan = recovery_plan(ledger, MONTH, Settings())
+    with ledger.plain() as reader:
+        plan = recovery_plan(reader, MONTH, Settings())
     (step,) = plan.steps
     assert (step.batch_id, step.action) == (first.batch_id, RecoveryAction.RESUBMIT)
     assert "charged twice" in step.why and plan.double_charge_cost > 0

@@ -15,7 +15,7 @@ import pytest
 from postledger.guards.spill import Spill
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, Charge, PostStatus, SpendState
-from postledger.recovery.interrupted import RecoveryAction, recovery_plan
+from postledger.recovery.steps import RecoveryAction, recovery_plan
 from postledger.settings import Settings
 from tests.helpers import MONTH, Sim, in_background, sqlite_ledger_only, start_sim
 from tests.helpers import month_posts as month_file
@@ -55,7 +55,8 @@ def test_a_paid_task_whose_poll_fails_is_polled_by_the_next_run_not_paid_again(
         (PostStatus.RUNNING, 1, None)
     }
     assert ledger.retry_failed(MONTH) == 0  # nothing a person could resend by mistake
-    (step,) = recovery_plan(ledger, MONTH, Settings()).steps
+    with ledger.plain() as reader:
+        (step,) = recovery_plan(reader, MONTH, Settings()).steps
     assert (step.batch_id, step.action) == (batch.batch_id, RecoveryAction.POLL)
 
     faulty.clear_faults()
@@ -86,7 +87,8 @@ def test_an_ambiguous_create_is_not_resent_unless_the_upstream_is_said_to_honour
     (spend,) = ledger.spend(MONTH)
     assert spend.state is SpendState.POSSIBLE  # what the upstream did charge is on the books
     assert len(faulty.charges()) == 1
-    (step,) = recovery_plan(ledger, MONTH, Settings()).steps
+    with ledger.plain() as reader:
+        (step,) = recovery_plan(reader, MONTH, Settings()).steps
     assert step.action is RecoveryAction.RESUBMIT and "charged twice" in step.why
 
 

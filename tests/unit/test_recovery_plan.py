@@ -1,5 +1,5 @@
-"""Recovery planning (`plan_recovery` in `postledger/recovery/interrupted.py`): one step per
-batch an earlier run left unfinished, decided from in-memory ledger records, with no call.
+"""Recovery planning (`plan_recovery` in `postledger/recovery/steps.py`): one step per batch
+an earlier run left unfinished, decided from the ledger's rows in memory, with no call.
 
 Rules proved: R21 (a saved output is finished from, no AI call), R22 (a batch sent but never
 answered needs a person's yes), R23 (with a saved task id the task is polled, nothing new is
@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from postledger.guards.spend import Price, estimate, tokens_of
-from postledger.record.models import BatchRecord, BatchStatus, Charge, PostRecord, PostStatus
-from postledger.recovery.interrupted import RecoveryAction, RecoveryPlan, plan_recovery
+from postledger.record.kinds import BatchStatus
+from postledger.record.rows import InterruptedBatch
+from postledger.recovery.steps import RecoveryAction, RecoveryPlan, plan_recovery
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.
@@ -36,52 +37,27 @@ def batch(
     raw_output: str | None = None,
     sends: int = 1,
     texts: tuple[str, ...] = ("first post", "second post"),
-) -> BatchRecord:
+    keep: int | None = None,
+) -> InterruptedBatch:
+    """A batch as sent, with the first `keep` of its posts still in it (all: None)."""
     batch_id = f"{MONTH}-b{seq:04d}"
     ids = [f"{batch_id}-p{i}" for i in range(len(texts))]
-    return BatchRecord(
+    return InterruptedBatch(
         batch_id=batch_id,
-        month=MONTH,
         seq=seq,
-        post_ids=ids,
-        request=[[pid, text] for pid, text in zip(ids, texts, strict=True)],
         status=status,
-        idempotency_key=f"key-{batch_id}",
+        request=[[pid, text] for pid, text in zip(ids, texts, strict=True)],
+        raw_output=raw_output,
         upstream_task_id=task_id,
         sends=sends,
-        charge=Charge.CONFIRMED if task_id else Charge.POSSIBLE,
-        raw_output=raw_output,
+        post_ids=ids[:keep],
     )
-
-
-def members(record: BatchRecord, keep: int | None = None) -> list[PostRecord]:
-    """The batch's posts still unchanged since it was sent (the first `keep` of them)."""
-    assert record.request is not None
-    return [
-        PostRecord(
-            month=MONTH,
-            post_id=pid,
-            position=i,
-            text=text,
-            fingerprint="0" * 64,
-            status=PostStatus.RUNNING,
-            attempts=1,
-            batch_id=record.batch_id,
-        )
-        for i, (pid, text) in enumerate(record.request[:keep])
-    ]
 
 
 def plan(
-    *batches: BatchRecord, idempotent: bool = False, price: Price | None = None
+    *batches: InterruptedBatch, idempotent: bool = False, price: Price | None = None
 ) -> RecoveryPlan:
-    return plan_recovery(
-        batches,
-        {b.batch_id: members(b) for b in batches},
-        idempotent=idempotent,
-        price=price,
-        prompt=PROMPT,
-    )
+    return plan_recovery(batches, idempotent=idempotent, price=price, prompt=PROMPT)
 
 
 def test_a_saved_output_is_finished_from_locally_without_asking_or_calling() -> None:
@@ -144,27 +120,21 @@ def test_no_price_means_no_estimate_but_the_tokens_still_warn() -> None:
 
 
 def test_a_batch_whose_posts_all_changed_is_closed_and_its_output_not_reused() -> None:
-    changed = batch(1, status=BatchStatus.RECEIVED, raw_output="[]")
-    result = plan_recovery([changed], {changed.batch_id: []}, idempotent=False)
+    changed = batch(1, status=BatchStatus.RECEIVED, raw_output="[]", keep=0)
+    result = plan_recovery([changed], idempotent=False)
     [step] = result.steps
     assert step.action is RecoveryAction.CLOSE
     assert step.post_ids == []
     assert not result.needs_yes
 
 
-def test_a_batch_missing_from_the_posts_map_is_closed() -> None:
-    result = plan_recovery([batch(1, task_id="t-1")], {}, idempotent=True)
-    assert [s.action for s in result.steps] == [RecoveryAction.CLOSE]
-
-
 def test_only_the_posts_that_did_not_change_are_recovered() -> None:
-    interrupted = batch(1, task_id="t-1", texts=("one", "two", "three"))
-    result = plan_recovery(
-        [interrupted], {interrupted.batch_id: members(interrupted, keep=2)}, idempotent=False
-    )
+    interrupted = batch(1, task_id="t-1", texts=("one", "two", "three"), keep=2)
+    result = plan_recovery([interrupted], idempotent=False)
     [step] = result.steps
     assert step.action is RecoveryAction.POLL
-    assert step.post_ids == interrupted.post_ids[:2]
+    assert step.post_ids == ["2026-09-b0001-p0", "2026-09-b0001-p1"]
+    assert step.chars == len("onetwothree")  # a resubmission sends the request as first sent
 
 
 def test_batches_that_were_never_sent_or_are_finished_have_no_step() -> None:
@@ -197,17 +167,17 @@ def test_steps_follow_the_batches_start_order() -> None:
 
 
 @st.composite
-def interrupted(draw: st.DrawFn, seq: int) -> tuple[BatchRecord, list[PostRecord]]:
+def interrupted(draw: st.DrawFn, seq: int) -> InterruptedBatch:
     texts = tuple(draw(st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=5)))
-    record = batch(
+    return batch(
         seq,
         status=draw(st.sampled_from(list(BatchStatus))),
         task_id=draw(st.sampled_from([None, f"t-{seq}"])),
         raw_output=draw(st.sampled_from([None, "[]", "garbage"])),
         sends=draw(st.integers(min_value=1, max_value=3)),
         texts=texts,
+        keep=draw(st.integers(min_value=0, max_value=len(texts))),
     )
-    return record, members(record, keep=draw(st.integers(min_value=0, max_value=len(texts))))
 
 
 @QUICK
@@ -218,23 +188,14 @@ def interrupted(draw: st.DrawFn, seq: int) -> tuple[BatchRecord, list[PostRecord
     st.booleans(),
 )
 def test_each_unfinished_batch_gets_one_step_and_only_unanswered_sends_need_a_yes(
-    cases: tuple[tuple[BatchRecord, list[PostRecord]], ...], idempotent: bool
+    cases: tuple[InterruptedBatch, ...], idempotent: bool
 ) -> None:
-    batches = [b for b, _ in cases]
-    result = plan_recovery(
-        list(reversed(batches)),
-        {b.batch_id: posts for b, posts in cases},
-        idempotent=idempotent,
-        price=PRICE,
-        prompt=PROMPT,
-    )
-    unfinished = [
-        (b, p) for b, p in cases if b.status in (BatchStatus.RUNNING, BatchStatus.RECEIVED)
-    ]
-    assert [s.batch_id for s in result.steps] == [b.batch_id for b, _ in unfinished]
-    for step, (record, posts) in zip(result.steps, unfinished, strict=True):
-        assert step.post_ids == [p.post_id for p in posts]
-        if not posts:
+    result = plan_recovery(list(reversed(cases)), idempotent=idempotent, price=PRICE, prompt=PROMPT)
+    unfinished = [b for b in cases if b.status in (BatchStatus.RUNNING, BatchStatus.RECEIVED)]
+    assert [s.batch_id for s in result.steps] == [b.batch_id for b in unfinished]
+    for step, record in zip(result.steps, unfinished, strict=True):
+        assert step.post_ids == record.post_ids
+        if not record.post_ids:
             expected = RecoveryAction.CLOSE  # R25: changed input is new work
         elif record.raw_output is not None:
             expected = RecoveryAction.FINISH_LOCALLY  # R21

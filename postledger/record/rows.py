@@ -1,0 +1,153 @@
+"""Rows a read command shows as they are, read in plain SQL (`plain.Reader`): the breakers and
+their history, the questions that wait for a person, and a month's interrupted batches.
+
+`postledger breaker` and `postledger plan` read these without importing the ORM, as `status`
+reads `figures.py`; a run reads the same rows through its own engine (`LedgerReads.plain`), so
+what a command shows and what a run decides come from one query each.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from postledger.record.kinds import BatchStatus, BreakerLevel
+from postledger.record.plain import Reader, stamped
+
+# A month has at most a few interrupted batches (the window's and the saved outputs), but a
+# query's parameters are bounded: look their posts up this many batches at a time.
+_IDS_PER_QUERY = 500
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """The breaker of one upstream as the ledger holds it (R18, R19)."""
+
+    upstream: str
+    level: BreakerLevel
+    failures: int  # final transport failures in a row
+    reason: str | None
+    changed_at: datetime
+
+
+@dataclass(frozen=True)
+class BreakerMove:
+    """One event of a breaker's history: a change of level, or a person's answer."""
+
+    at: datetime
+    month: str | None
+    from_level: BreakerLevel
+    to_level: BreakerLevel
+    why: str
+
+
+@dataclass(frozen=True)
+class OpenQuestion:
+    """A question a run asked a person that nobody answered yet."""
+
+    month: str
+    upstream: str
+    asked_at: datetime
+    flow_run_id: str | None
+
+
+@dataclass(frozen=True)
+class InterruptedBatch:
+    """A batch an earlier run sent and did not finish (`running` or `received`), with the posts
+    that are in it now (a post changed since has left it)."""
+
+    batch_id: str
+    seq: int
+    status: BatchStatus
+    request: list[list[str]] | None  # [[post id, text], ...] as first sent
+    raw_output: str | None
+    upstream_task_id: str | None
+    sends: int
+    post_ids: list[str]
+
+
+def breakers(reader: Reader) -> list[Breaker]:
+    """Every breaker the ledger holds, by upstream name."""
+    rows = reader.rows(
+        "SELECT upstream, level, failures, reason, changed_at FROM breakers ORDER BY upstream"
+    )
+    return [
+        Breaker(upstream, BreakerLevel[level], int(failures), reason, stamped(changed))
+        for upstream, level, failures, reason, changed in rows
+    ]
+
+
+def breaker_history(reader: Reader, upstream: str, limit: int = 20) -> list[BreakerMove]:
+    """The latest `limit` events of the upstream's breaker, oldest first."""
+    rows = reader.rows(
+        "SELECT at, month, from_level, to_level, why FROM breaker_events WHERE upstream = ? "
+        "ORDER BY id DESC LIMIT ?",
+        upstream,
+        limit,
+    )
+    return [
+        BreakerMove(stamped(at), month, BreakerLevel[from_], BreakerLevel[to], why)
+        for at, month, from_, to, why in reversed(rows)
+    ]
+
+
+def open_questions(reader: Reader) -> list[OpenQuestion]:
+    """Every unanswered question of every month, in the order asked."""
+    rows = reader.rows(
+        "SELECT month, upstream, asked_at, flow_run_id FROM approvals WHERE answer IS NULL "
+        "ORDER BY id"
+    )
+    return [OpenQuestion(month, upstream, stamped(at), run) for month, upstream, at, run in rows]
+
+
+def knows_month(reader: Reader, month: str) -> bool:
+    """Whether any post of the month was ever synced (a run of it has started)."""
+    return bool(reader.rows("SELECT 1 FROM posts WHERE month = ? LIMIT 1", month))
+
+
+def interrupted(reader: Reader, month: str) -> list[InterruptedBatch]:
+    """The month's `running` and `received` batches in start order, each with its posts now."""
+    rows = reader.rows(
+        "SELECT batch_id, seq, status, request, raw_output, upstream_task_id, sends FROM batches "
+        "WHERE month = ? AND status IN (?, ?) ORDER BY seq",
+        month,
+        BatchStatus.RUNNING.name,
+        BatchStatus.RECEIVED.name,
+    )
+    members = _members(reader, [row[0] for row in rows])
+    return [
+        InterruptedBatch(
+            batch_id,
+            int(seq),
+            BatchStatus[status],
+            _json(request),
+            raw_output,
+            task_id,
+            int(sends),
+            members.get(batch_id, []),
+        )
+        for batch_id, seq, status, request, raw_output, task_id, sends in rows
+    ]
+
+
+def _members(reader: Reader, batch_ids: list[str]) -> dict[str, list[str]]:
+    """The ids of the posts in each batch now, in file order (the batch's own index)."""
+    members: dict[str, list[str]] = {}
+    for start in range(0, len(batch_ids), _IDS_PER_QUERY):
+        chunk = batch_ids[start : start + _IDS_PER_QUERY]
+        marks = ", ".join("?" for _ in chunk)
+        rows = reader.rows(
+            f"SELECT batch_id, post_id FROM posts WHERE batch_id IN ({marks}) "
+            "ORDER BY batch_id, position",
+            *chunk,
+        )
+        for batch_id, post_id in rows:
+            members.setdefault(batch_id, []).append(post_id)
+    return members
+
+
+def _json(value: Any) -> Any:
+    # SQLite hands a JSON column back as its text; psycopg, already decoded.
+    return json.loads(value) if isinstance(value, str) else value
