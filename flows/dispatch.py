@@ -27,7 +27,16 @@ from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import Answer, BreakerLevel, PostStatus, utcnow
 from postledger.settings import Settings
-from tasks.outcome import HeldByBreaker, LedgerFailed, OverBudget, Settled, StopsRun
+from postledger.upstreams import carries_many
+from tasks.outcome import (
+    HeldByBreaker,
+    LedgerFailed,
+    OverBudget,
+    Settled,
+    StopsRun,
+    SubmissionEnded,
+)
+from tasks.submission import new_submission_id
 
 # How long the loop naps at most between looks at the ledger while posts wait.
 MAX_NAP_SECONDS = 5.0
@@ -117,6 +126,8 @@ class Dispatch:
     ) -> None:
         self.ledger, self.month, self.settings, self.runs = ledger, month, settings, runs
         self.to_poll = polls
+        # A Batch API: a slot is a submission, one upstream job carrying many batches.
+        self.submitting = carries_many(settings)
         self.on_progress = on_progress
         self.upstream = settings.breaker_name()
         self.phase: Phase = Sending()
@@ -150,16 +161,19 @@ class Dispatch:
         room = window(self.breaker_level(), self.settings.max_in_flight) - len(self.runs.in_flight)
         if room <= 0:
             return
+        if self.submitting:
+            self.start_submissions(room)
+            return
         try:
             plan_due_work(self.ledger, self.month, self.settings)
             starts = [(batch_id, True) for batch_id in self.to_poll]
-            busy = set(self.runs.in_flight) | self.crashed
+            busy = self.runs.busy() | self.crashed
             starts += [
                 (batch_id, False)
                 for batch_id in self.ledger.next_to_start(self.month, room, skip=busy)
             ]
         except LedgerUnavailable as exc:
-            self.stop(ledger_stop(exc, set(self.runs.in_flight), self.settings, self.month))
+            self.stop(ledger_stop(exc, self.runs.busy(), self.settings, self.month))
             return
         for batch_id, resume in starts:
             if room <= 0:
@@ -174,6 +188,41 @@ class Dispatch:
                 break
             room -= 1
 
+    def start_submissions(self, room: int) -> None:
+        """Interrupted jobs first (each polled as the submission it was), then the due batches
+        in start order, as many as one job carries, per free slot."""
+        try:
+            plan_due_work(self.ledger, self.month, self.settings)
+            while room > 0 and self.to_poll:
+                self.resume_next_job()
+                room -= 1
+            most, _ = self.settings.submission_limits()
+            while room > 0:
+                busy = self.runs.busy() | self.crashed
+                batch_ids = self.ledger.next_to_start(self.month, most, skip=busy)
+                if not batch_ids:
+                    return
+                self.runs.start_submission(new_submission_id(self.month), batch_ids)
+                room -= 1
+        except LedgerUnavailable as exc:
+            self.stop(ledger_stop(exc, self.runs.busy(), self.settings, self.month))
+
+    def resume_next_job(self) -> None:
+        """The next interrupted batch to poll, with every other one sent in the same job."""
+        first = self.ledger.batch(self.to_poll[0])
+        if first.submission_id is None or first.upstream_task_id is None:
+            # Sent alone, before submissions carried many: polled alone.
+            self.runs.start(self.to_poll.pop(0), resume=True)
+            return
+        same_job = [
+            batch_id
+            for batch_id in self.to_poll
+            if (batch := self.ledger.batch(batch_id)).upstream_task_id == first.upstream_task_id
+            and batch.submission_id == first.submission_id
+        ]
+        self.to_poll = [batch_id for batch_id in self.to_poll if batch_id not in same_job]
+        self.runs.start_submission(first.submission_id, same_job, job_id=first.upstream_task_id)
+
     def patience(self) -> float:
         """How long to wait for the next end before looking at the ledger again."""
         checking = isinstance(self.phase, Sending) and self.phase.checking is not None
@@ -181,6 +230,12 @@ class Dispatch:
 
     def take_back(self, ended: list[Ended]) -> None:
         for end in ended:
+            if isinstance(end, SubmissionEnded):
+                for outcome in end.outcomes:
+                    self.take(outcome)
+                if end.not_started is not None:
+                    self.take(end.not_started)
+                continue
             self.take(end)
             phase = self.phase
             if isinstance(phase, Sending) and phase.checking == end.batch_id:
@@ -201,7 +256,7 @@ class Dispatch:
                     again = isinstance(phase, Sending) and phase.budget_looked_again
                     self.phase = HeldByBudget(why, looked_again=again)
             case LedgerFailed(batch_id=batch_id):
-                flying = {batch_id, *self.runs.in_flight}
+                flying = {batch_id, *self.runs.busy()}
                 self.stop(ledger_stop(end.error, flying, self.settings, self.month))
             case StopsRun(what_to_do=what_to_do):
                 self.stop(what_to_do)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from postledger.batches import planning, sending
+from postledger.batches import planning, sending, submissions
 from postledger.batches.intake import SyncReport, sync_posts
 from postledger.batches.output import OutputCheck
 from postledger.batches.planning import PlanReport
@@ -29,7 +29,15 @@ from postledger.guards.spend import Price, unpriced_budget
 from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine
 from postledger.record.decisions import carry_out
 from postledger.record.migrate import check_current, current_revision
-from postledger.record.models import BatchRecord, Charge, FailureKind, PostRecord, month_of, utcnow
+from postledger.record.models import (
+    BatchRecord,
+    Charge,
+    FailureKind,
+    PostRecord,
+    SubmissionRecord,
+    month_of,
+    utcnow,
+)
 from postledger.record.month_lease import MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads
 from postledger.record.states import Transitions
@@ -170,6 +178,30 @@ class Ledger(LedgerReads):
         with self._write(month_of(batch_id)) as (session, moves):
             batch = self._batch(session, batch_id)
             sending.take_task_id(session, moves, batch, task_id, adopted)
+
+    # --- a submission: one upstream job, many batches (Batch APIs) ---------------------------
+
+    def record_submission(self, submission: SubmissionRecord) -> None:
+        """Persist a submission of batches already marked running, before its upstream job is
+        made (R3): a crash anywhere after this leaves a record to find the job by."""
+        with self._write(submission.month) as (session, moves):
+            submissions.record(session, moves, submission)
+
+    def record_job_id(
+        self,
+        submission_id: str,
+        job_id: str,
+        *,
+        file_id: str | None = None,
+        adopted: str | None = None,
+    ) -> list[str]:
+        """Save the submission's upstream job id the moment it is known, on it and as the
+        task id of each of its batches (R23). Returns the batches that took it."""
+        month = self.submission(submission_id).month
+        with self._write(month) as (session, moves):
+            found = session.get(SubmissionRecord, submission_id)
+            assert found is not None  # submissions are never deleted
+            return submissions.take_job_id(session, moves, found, job_id, file_id, adopted)
 
     def save_output(
         self, batch_id: str, raw: str, usage: dict[str, Any] | None, price: Price | None = None

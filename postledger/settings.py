@@ -155,7 +155,19 @@ class Settings(BaseSettings):
     # ~20 000 characters is 5 000–7 000 tokens of input: it leaves room for the instructions and
     # for 25 structured answers inside an 8k–16k context window, the smallest in common use.
     max_batch_chars: int = Field(default=20_000, ge=1)
-    max_in_flight: int = Field(default=2, ge=1, description="batches running at once")
+    max_in_flight: int = Field(
+        default=2,
+        ge=1,
+        description="batches running at once; on a Batch API (openai_batch, anthropic_batch), "
+        "submissions: upstream jobs, each carrying many batches",
+    )
+    max_submission_batches: int | None = Field(
+        default=None,
+        ge=1,
+        description="openai_batch, anthropic_batch: the most batches (request lines) one "
+        "upstream job carries; default: the provider's limit (OpenAI 50 000 lines and 200 MB "
+        "per file, Anthropic 100 000 requests and 256 MB per Message Batch)",
+    )
 
     # --- retries: two layers, counted apart (R16) ---
     request_retries: int = Field(default=3, ge=0, description="per HTTP call, transport faults")
@@ -214,6 +226,11 @@ class Settings(BaseSettings):
             return max(self.task_deadline, _seconds("24h") + 3600)
         return self.task_deadline
 
+    def submission_limits(self) -> tuple[int, int]:
+        """The most batches (request lines) and bytes one upstream job may carry."""
+        lines, size = _JOB_LIMITS.get(self.upstream_kind, (1, 0))
+        return min(lines, self.max_submission_batches or lines), size
+
     def honours_keys(self) -> bool:
         """Whether a create sent again under the same idempotency key can never pay twice."""
         if self.upstream_kind is UpstreamKind.TASK_API:
@@ -255,6 +272,14 @@ class Settings(BaseSettings):
     def resolved_database_url(self, *, create_folder: bool = True) -> str:
         """The ledger's URL: POSTLEDGER_DATABASE_URL, or SQLite at ./.postledger/ledger.db."""
         return ledger_url(self.database_url, create_folder=create_folder)
+
+
+# The providers' documented limits of one job: OpenAI's Batch API takes 50 000 requests and
+# 200 MB per input file; Anthropic's Message Batches, 100 000 requests and 256 MB per batch.
+_JOB_LIMITS = {
+    UpstreamKind.OPENAI_BATCH: (50_000, 200 * 1024 * 1024),
+    UpstreamKind.ANTHROPIC_BATCH: (100_000, 256 * 1024 * 1024),
+}
 
 
 def _seconds(window: str) -> float:

@@ -12,7 +12,8 @@ order and the first that fires wins, one fault per request.
             expired | cancelled    (Batch API: the batch ends so, the later half of its requests
                                     undone (a batch of one request: none ran); task API: the
                                     task ends `failed`)
-    output  not_json | wrong_shape | truncated | unknown_ids                  (whole output)
+    output  not_json | wrong_shape | truncated | unknown_ids                  (whole output;
+                                 Batch API: the whole answer of one request (line))
             missing_id | stray_id | bad_field | duplicate_id          (one item of the output)
             request_error       (Batch API: one request (line) of the batch fails with a 500;
                                  elsewhere: one post's item is missing)

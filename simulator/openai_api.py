@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
-from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Faults, Route
+from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Faults, Route
 from simulator.model import count_tokens
 from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
 from simulator.outputs import spoil_output, spoiled_by
@@ -80,6 +80,7 @@ class SimBatch:
     requests: list[tuple[str, list[str]]] = field(default_factory=list)
     json_mode: bool = True  # the requests asked for a JSON object (response_format)
     failed_request: str | None = None  # a request_error fault: this request fails
+    spoiled_request: tuple[str, str] | None = None  # a whole-output fault: (request, fault)
     cancel_at: float | None = None  # monotonic, when a cancel was asked
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -321,6 +322,8 @@ def add_openai_routes(
                     else None
                 )
                 text = task.output if own is None else json.dumps(own, ensure_ascii=False)
+                if batch.spoiled_request is not None and batch.spoiled_request[0] == custom_id:
+                    text = spoil_output(text, batch.spoiled_request[1], faults.pick)
                 content = _answer_text(text, json_mode=batch.json_mode)
                 prompt_tokens = count_tokens(task.prompt) + sum(
                     count_tokens(texts[post_id]) for post_id in post_ids
@@ -427,6 +430,10 @@ def add_openai_routes(
             output_fault = faults.decide(Route.OUTPUT)
             if output_fault is not None and output_fault.fault == "request_error":
                 fate["failed_request"] = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+            elif output_fault is not None and output_fault.fault in WHOLE_OUTPUT:
+                # The answer of one request (one line) goes wrong, not every line's.
+                fate["spoiled_request"] = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+                fate["spoiled_by"] = output_fault.fault
             elif output_fault is not None:
                 task.output = spoil_output(task.output, output_fault.fault, faults.pick)
 
@@ -450,6 +457,9 @@ def add_openai_routes(
             requests=requests,
             json_mode=_json_mode(lines[0]["body"]),
             failed_request=fate.get("failed_request"),
+            spoiled_request=(fate["spoiled_request"], fate["spoiled_by"])
+            if "spoiled_request" in fate
+            else None,
         )
         with lock:
             batches[batch.id] = batch

@@ -128,3 +128,57 @@ def final_state(outcome: BatchOutcome) -> State[Any]:
 
 def _kind(kind: FailureKind | None) -> str:
     return kind.value if kind is not None else "no output"
+
+
+@dataclass(frozen=True, repr=False)
+class SubmissionEnded:
+    """What one `process-submission` task run tells the flow: each batch's outcome, and the
+    batch that could not be started (held by the breaker or the budget, or a stop), if one
+    was; the batches after it were left queued too."""
+
+    submission_id: str
+    batch_ids: tuple[str, ...]  # every batch it was given
+    outcomes: tuple[BatchOutcome, ...]  # of the batches it sent, in order
+    not_started: BatchOutcome | None = None
+
+    def __repr__(self) -> str:
+        # Prefect logs a failed state with its data: thousands of outcomes would flood it.
+        return f"SubmissionEnded({self.submission_id!r}, {len(self.batch_ids)} batches)"
+
+
+def submission_state(ended: SubmissionEnded) -> State[Any]:
+    """Completed when every batch it sent ended completed; Failed when one did not, or one
+    could not be started; Cancelled when none could. The counts are the state's message."""
+    statuses = Counter(_word(outcome) for outcome in ended.outcomes)
+    said = ", ".join(f"{n} {word}" for word, n in sorted(statuses.items()))
+    if ended.not_started is not None:
+        why = f"not started: {_why(ended.not_started)}"
+        said = f"{said}; {why}" if said else why
+    message = f"{len(ended.outcomes)} of {len(ended.batch_ids)} batches sent: {said}"
+    if not ended.outcomes:
+        return Cancelled(name="NotStarted", message=message, data=ended)
+    if ended.not_started is None and set(statuses) == {"completed"}:
+        return Completed(message=message, data=ended)
+    return Failed(message=message, data=ended)
+
+
+def _why(outcome: BatchOutcome) -> str:
+    match outcome:
+        case HeldByBreaker(why=why) | OverBudget(why=why):
+            return why
+        case StopsRun(what_to_do=what_to_do):
+            return what_to_do
+        case LedgerFailed(error=error):
+            return f"the ledger could not be written: {error}"
+        case Settled(summary=summary):
+            return summary
+
+
+def _word(outcome: BatchOutcome) -> str:
+    match outcome:
+        case Settled(status=BatchStatus.RUNNING) | StopsRun(status=BatchStatus.RUNNING):
+            return "uncertain"
+        case Settled(status=status) | StopsRun(status=status) | LedgerFailed(status=status):
+            return status.value
+        case HeldByBreaker() | OverBudget():
+            return "not started"

@@ -21,7 +21,7 @@ from postledger.record.db import LedgerUnavailable
 from postledger.recovery.interrupted import adopt_orphans
 from postledger.settings import Settings, current_settings
 from postledger.upstreams import upstream_for
-from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot
+from postledger.upstreams.calls import Created, CreateRequest, JobRequest, JobSnapshot, TaskSnapshot
 from postledger.upstreams.errors import AmbiguousCreate, TransportError
 
 
@@ -128,6 +128,68 @@ async def find_upstream_task(
     settings = current_settings()
     async with upstream_for(settings) as client:
         return await client.find_task(batch_id=batch_id, idempotency_key=idempotency_key)
+
+
+@task(
+    name="submit-upstream-job",
+    task_run_name="submit {submission_id}",
+    **ONE_CALL,
+)
+async def submit_upstream_job(
+    submission_id: str,
+    lines: Sequence[tuple[str, Sequence[tuple[str, str]]]],
+    idempotency_key: str,
+    ledger_url: str,
+) -> Created:
+    """Create (and pay for) the upstream job of a submission, one request line per ledger
+    batch. Retried only when that cannot pay twice, as a create is. A request retry is counted
+    on the submission's first batch (R16)."""
+    settings = current_settings()
+    _count_retry(ledger_url, lines[0][0], settings)
+    async with upstream_for(settings) as client:
+        job = JobRequest(submission_id, settings.model, settings.prompt, lines, idempotency_key)
+        try:
+            return await client.submit(job)
+        except TransportError as exc:
+            if exc.maybe_sent and not client.honours_keys:
+                raise AmbiguousCreate(str(exc)) from None
+            raise
+
+
+@task(
+    name="wait-for-upstream-job",
+    task_run_name="wait {submission_id}",
+    **ONE_CALL,
+)
+async def wait_for_upstream_job(
+    submission_id: str, job_id: str, batch_ids: Sequence[str], ledger_url: str
+) -> JobSnapshot:
+    """Poll the submission's job until it ends; then each ledger batch's own result. Polling
+    never pays, so it is always safe to retry."""
+    settings = current_settings()
+    _count_retry(ledger_url, batch_ids[0], settings)
+    async with upstream_for(settings) as client:
+        return await client.wait_for_job(
+            job_id,
+            batch_ids,
+            poll_interval=settings.poll_interval,
+            deadline=settings.wait_deadline(),
+        )
+
+
+@task(
+    name="find-upstream-job",
+    task_run_name="find {submission_id}",
+    **ONE_CALL,
+)
+async def find_upstream_job(
+    submission_id: str, idempotency_key: str, settle: float = 0.0
+) -> str | None:
+    """The upstream job made for this submission and key, looked for by its metadata after
+    `settle` seconds. Listing never pays."""
+    await asyncio.sleep(settle)
+    async with upstream_for(current_settings()) as client:
+        return await client.find_job(submission_id=submission_id, idempotency_key=idempotency_key)
 
 
 @task(

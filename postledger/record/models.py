@@ -139,6 +139,8 @@ class BatchRecord(SQLModel, table=True):
     split_from: str | None = None
     # Sent with the create call so that an upstream that honours it never charges twice.
     idempotency_key: str
+    # On a Batch API: the submission (one upstream job, many ledger batches) that sent it last.
+    submission_id: str | None = None
     upstream_task_id: str | None = None
     sends: int = 0  # how often this batch (this idempotency key) was sent
     charge: Charge = Charge.NONE
@@ -156,6 +158,23 @@ class BatchRecord(SQLModel, table=True):
     started_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     finished_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class SubmissionRecord(SQLModel, table=True):
+    """One upstream job on a Batch API carrying many ledger batches, one request line each.
+    Written before the upstream is called (with its key and metadata), so that a crash leaves
+    a record to look the job up by; its job id (and input file) kept the moment they are known."""
+
+    __tablename__ = "submissions"
+
+    submission_id: str = Field(primary_key=True)
+    month: str = Field(index=True, max_length=7)
+    idempotency_key: str
+    batch_ids: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    metadata_sent: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
+    upstream_job_id: str | None = None
+    file_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
 
 
 class EventRecord(SQLModel, table=True):

@@ -18,9 +18,23 @@ from postledger.record.models import (
     PostRecord,
     PostStatus,
     SpendRecord,
+    SubmissionRecord,
     utcnow,
 )
 from postledger.record.plain import Reader, through
+
+
+def _waits_for_its_job(session: Session, submission: SubmissionRecord) -> bool:
+    for batch_id in submission.batch_ids:
+        batch = session.get(BatchRecord, batch_id)
+        if (
+            batch is not None
+            and batch.submission_id == submission.submission_id
+            and batch.status is BatchStatus.RUNNING
+            and batch.upstream_task_id is None
+        ):
+            return True
+    return False
 
 
 class LedgerError(RuntimeError):
@@ -165,6 +179,25 @@ class LedgerReads:
     def batch(self, batch_id: str) -> BatchRecord:
         with self._read() as session:
             return self._batch(session, batch_id)
+
+    def submission(self, submission_id: str) -> SubmissionRecord:
+        with self._read() as session:
+            found = session.get(SubmissionRecord, submission_id)
+            if found is None:
+                raise LedgerError(f"no submission {submission_id!r} in the ledger")
+            return found
+
+    def orphaned_submissions(self, month: str) -> list[SubmissionRecord]:
+        """The month's submissions with no job id whose batches still run without a task id:
+        their job may have been made (and charged) by a run that died before saving its id."""
+        with self._read() as session:
+            candidates = session.exec(
+                select(SubmissionRecord).where(
+                    SubmissionRecord.month == month,
+                    col(SubmissionRecord.upstream_job_id).is_(None),
+                )
+            ).all()
+            return [s for s in candidates if _waits_for_its_job(session, s)]
 
     def spend(self, month: str) -> list[SpendRecord]:
         with self._read() as session:

@@ -53,15 +53,32 @@ def import_spill(ledger: Ledger, spill: Spill, price: Price | None = None) -> in
 class FindsTasks(Protocol):
     async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None: ...
 
+    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None: ...
+
 
 async def adopt_orphans(ledger: Ledger, month: str, upstream: FindsTasks) -> list[str]:
     """Before anyone is asked to resubmit a batch whose task id was never saved (R24, R49): look
     for the upstream task made under its key (listing never pays). One found is adopted — its
     id saved, an event logged — so recovery polls it (R23) instead of paying again. Returns
-    the batches adopted."""
+    the batches adopted. A submission's job (many batches) is looked for once, by the
+    submission's metadata, and adopted by every batch it carried."""
     adopted = []
+    for submission in ledger.orphaned_submissions(month):
+        job_id = await upstream.find_job(
+            submission_id=submission.submission_id, idempotency_key=submission.idempotency_key
+        )
+        if job_id is not None:
+            adopted += ledger.record_job_id(
+                submission.submission_id,
+                job_id,
+                adopted=f"adopted upstream job {job_id}: made for submission "
+                f"{submission.submission_id} by an interrupted run that never saved its id "
+                "(found by its metadata); it is polled, not paid again",
+            )
     for batch in ledger.batches(month, BatchStatus.RUNNING):
         if batch.upstream_task_id or batch.raw_output is not None or not batch.sends:
+            continue
+        if batch.submission_id is not None:  # its submission was looked for above
             continue
         task_id = await upstream.find_task(
             batch_id=batch.batch_id, idempotency_key=batch.idempotency_key

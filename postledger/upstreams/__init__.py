@@ -10,6 +10,9 @@ What differs is said by three attributes, which the business layer reads instead
 - `honours_keys`: a create sent again under the same idempotency key cannot pay twice.
 - `can_list`: `find_task` can find a task whose id was never saved (the Batch API, by the
   metadata naming the ledger batch and its key): the orphan is adopted, not paid again.
+- `carries_many`: a Batch API, where one upstream job (a submission) carries many ledger
+  batches, one request line each: `submit` makes it, `wait_for_job` reads each batch's line,
+  `find_job` finds one whose id was never saved by the submission's metadata.
 
 All raise the same typed errors (`postledger.upstreams.errors`), which
 `postledger.failures.classify` classifies.
@@ -17,12 +20,13 @@ All raise the same typed errors (`postledger.upstreams.errors`), which
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.anthropic_batch import AnthropicBatchClient
 from postledger.upstreams.anthropic_messages import AnthropicMessagesClient
-from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot
+from postledger.upstreams.calls import Created, CreateRequest, JobRequest, JobSnapshot, TaskSnapshot
 from postledger.upstreams.http import HttpUpstream, Timeouts
 from postledger.upstreams.openai_batch import OpenAIBatchClient
 from postledger.upstreams.openai_chat import OpenAIChatClient
@@ -34,6 +38,7 @@ __all__ = [
     "Upstream",
     "UpstreamNotConfigured",
     "can_list",
+    "carries_many",
     "check_configured",
     "upstream_for",
 ]
@@ -47,6 +52,7 @@ class Upstream(Protocol):
     has_task_ids: bool
     honours_keys: bool
     can_list: bool
+    carries_many: bool
 
     async def __aenter__(self) -> Upstream: ...
 
@@ -67,6 +73,20 @@ class Upstream(Protocol):
         upstream cannot list its tasks."""
         ...
 
+    async def submit(self, job: JobRequest) -> Created:
+        """Create (and pay for) one upstream job that carries many ledger batches."""
+        ...
+
+    async def wait_for_job(
+        self, job_id: str, batch_ids: Sequence[str], *, poll_interval: float, deadline: float
+    ) -> JobSnapshot:
+        """Poll the job until it ends; each ledger batch's own result."""
+        ...
+
+    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None:
+        """The id of the job made for this submission and key, if the upstream can tell."""
+        ...
+
 
 _CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
     UpstreamKind.TASK_API: TaskApiClient,
@@ -80,6 +100,11 @@ _CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
 def can_list(settings: Settings) -> bool:
     """Whether the configured upstream can find a task whose id was never saved."""
     return _CLIENTS[settings.upstream_kind].can_list
+
+
+def carries_many(settings: Settings) -> bool:
+    """Whether one upstream job of the configured upstream carries many ledger batches."""
+    return _CLIENTS[settings.upstream_kind].carries_many
 
 
 def check_configured(settings: Settings) -> None:

@@ -52,3 +52,30 @@ class Created:
     # Retries a gateway in front of the upstream reported making on its own for this create
     # (`x-litellm-attempted-retries`): each may have been charged.
     gateway_retries: int = 0
+    file_id: str | None = None  # the uploaded input file a Batch API job was made from
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A submission's paid upstream job on a Batch API: one request line per ledger batch
+    (`custom_id` = the batch id), all under one model and prompt."""
+
+    submission_id: str
+    model: str
+    prompt: str
+    lines: Sequence[tuple[str, Sequence[tuple[str, str]]]]  # (batch id, its (post id, text))
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """An upstream job as last seen: still going, or ended with each ledger batch's line as
+    that batch's own result (`TaskSnapshot`, the same as a one-batch task's)."""
+
+    job_id: str
+    status: TaskStatus
+    lines: dict[str, TaskSnapshot]  # by ledger batch id; every batch asked for, once done
+
+    @property
+    def done(self) -> bool:
+        return self.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)

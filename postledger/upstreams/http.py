@@ -18,17 +18,16 @@ import functools
 import re
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import SecretStr
 
-from postledger.upstreams.calls import (
-    TaskSnapshot,
-)
+from postledger.upstreams.calls import Created, JobRequest, JobSnapshot, TaskSnapshot
 from postledger.upstreams.errors import (
     EndpointNotFound,
     ErrorBody,
@@ -40,6 +39,8 @@ from postledger.upstreams.errors import (
 )
 
 TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+
+Polled = TypeVar("Polled", TaskSnapshot, JobSnapshot)
 
 
 # Sent on every request: a LiteLLM proxy in front of the upstream must not retry on its own
@@ -171,6 +172,7 @@ class HttpUpstream:
     has_task_ids = True  # the upstream keeps a task that can be polled by its id
     can_list = False  # the upstream can list its recent tasks, to find one by its metadata
     long_polls = False  # a poll may ask the upstream to hold the answer until the task ends
+    carries_many = False  # one upstream job may carry many ledger batches (a Batch API)
     # Tasks that take hours (the Batch API): the interval between polls grows to this.
     max_poll_interval: float | None = None
     # The answers that mean "try again": a server-side fault or an overload.
@@ -230,17 +232,64 @@ class HttpUpstream:
     ) -> TaskSnapshot:
         """Poll until the task ends. Long polls when the upstream can and `poll_wait` > 0, so
         a result arrives the moment it is ready instead of up to one interval late."""
+        return await self._until_done(
+            lambda wait: self.get_task(task_id, wait=wait),
+            f"task {task_id}",
+            poll_interval=poll_interval,
+            poll_wait=poll_wait,
+            deadline=deadline,
+        )
+
+    # --- a submission: one upstream job that carries many ledger batches (Batch APIs) -----
+
+    async def submit(self, job: JobRequest) -> Created:
+        """Create (and pay for) the upstream job of a submission."""
+        raise NotImplementedError(f"{type(self).__name__} takes one ledger batch per call")
+
+    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None:
+        """The upstream job made for this submission and key, if the upstream can tell."""
+        return None
+
+    async def get_job(self, job_id: str, batch_ids: Sequence[str]) -> JobSnapshot:
+        raise NotImplementedError(f"{type(self).__name__} takes one ledger batch per call")
+
+    async def wait_for_job(
+        self,
+        job_id: str,
+        batch_ids: Sequence[str],
+        *,
+        poll_interval: float,
+        deadline: float,
+    ) -> JobSnapshot:
+        """Poll the job until it ends; then every ledger batch's own result."""
+        return await self._until_done(
+            lambda _wait: self.get_job(job_id, batch_ids),
+            f"job {job_id}",
+            poll_interval=poll_interval,
+            poll_wait=0.0,
+            deadline=deadline,
+        )
+
+    async def _until_done(
+        self,
+        look: Callable[[float], Awaitable[Polled]],
+        what: str,
+        *,
+        poll_interval: float,
+        poll_wait: float,
+        deadline: float,
+    ) -> Polled:
         give_up = time.monotonic() + deadline
         long_poll = self.long_polls and poll_wait > 0
         while True:
             remaining = give_up - time.monotonic()
             wait = min(poll_wait, max(remaining, 0)) if long_poll else 0.0
-            snapshot = await self.get_task(task_id, wait=wait)
+            snapshot = await look(wait)
             if snapshot.done:
                 return snapshot
             if time.monotonic() >= give_up:
                 raise TaskStillRunning(
-                    f"task {task_id} still {snapshot.status} after {deadline:g} s; "
+                    f"{what} still {snapshot.status} after {deadline:g} s; "
                     "it may still finish upstream"
                 )
             if not long_poll:

@@ -1,15 +1,17 @@
-"""The OpenAI Batch API: the batch's requests uploaded as a JSONL file (`POST {base}/files`,
-purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polled with
+"""The OpenAI Batch API: requests uploaded as a JSONL file (`POST {base}/files`, purpose
+`batch`), one upstream batch made from it (`POST {base}/batches`), polled with
 `GET {base}/batches/{id}`, its results read from the output and error files.
 
 - One JSONL line per ledger batch, `custom_id` = the ledger batch id, its body the chat
   adapter's (the ≤ 25 posts under one prompt, the same response schema): the instructions are
   paid once per ledger batch, not once per post, and its answer is checked as a chat answer is
   (an invalid post is sent again alone, an unusable answer is split once).
-- The upstream batch id is the upstream task id. The batch's `metadata` names the ledger batch
-  and its idempotency key, so a batch made but never written down can be found again by
-  listing the recent batches: recovery adopts such an orphan instead of asking to resubmit,
-  and every create looks first (a resend a person confirmed reuses the batch if it exists).
+- One upstream batch carries a submission's many lines (`submit`, `get_job`): its metadata
+  names the submission and its key, so a job made but never written down is found again by
+  listing the recent batches (`find_job`); recovery adopts it instead of asking to resubmit,
+  and every submit looks first (a resend a person confirmed reuses the job if it exists).
+  (`create`, `get_task`, `find_task`: one ledger batch per upstream batch, as batches were
+  sent before submissions; kept for those still to be polled or adopted.)
 - That look is not a guarantee: a batch just made may not be listed yet, so a create sent
   again at once could make (and pay for) a second one. So `honours_keys` is False, and:
   a fault on the listing or on `POST /files` is never a charge (nothing is made; a file
@@ -18,19 +20,28 @@ purpose `batch`), one upstream batch made from it (`POST {base}/batches`), polle
   `AmbiguousCreate`, never retried at the request layer: the business layer looks for the
   batch by its metadata after a while, and recovery adopts it.
 - Statuses: validating -> queued; in_progress, finalizing, cancelling -> running; completed,
-  expired, cancelled -> ended, and the batch's line says how: answered (its output), errored
-  (failed, taken as billed), or never run (`batch_expired` / `batch_cancelled`, or absent from
-  an expired or cancelled batch: failed, not billed, as OpenAI bills only what ran); failed ->
-  failed, not billed: OpenAI fails a batch only when its input file fails validation, before
-  any request runs (the business layer gives the possible charge back).
+  expired, cancelled -> ended, and each ledger batch's line says how it ended: answered (its
+  output), errored (failed, taken as billed), or never run (`batch_expired` /
+  `batch_cancelled`, or absent from an expired or cancelled batch: failed, not billed, as
+  OpenAI bills only what ran); failed -> failed, not billed: OpenAI fails a batch only when
+  its input file fails validation, before any request runs (the business layer gives the
+  possible charge back).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
+from postledger.upstreams.calls import (
+    Created,
+    CreateRequest,
+    JobRequest,
+    JobSnapshot,
+    TaskSnapshot,
+    TaskStatus,
+)
 from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
 from postledger.upstreams.http import (
     HttpUpstream,
@@ -48,6 +59,7 @@ from postledger.upstreams.openai_protocol import (
 )
 
 BATCH_KEY = "postledger_batch"
+SUBMISSION_KEY = "postledger_submission"
 IDEMPOTENCY_KEY = "postledger_key"
 ENDPOINT = "/v1/chat/completions"
 PAGE = 100
@@ -68,8 +80,13 @@ def metadata_of(batch_id: str, idempotency_key: str) -> dict[str, str]:
     return {BATCH_KEY: batch_id, IDEMPOTENCY_KEY: idempotency_key}
 
 
+def submission_metadata(submission_id: str, idempotency_key: str) -> dict[str, str]:
+    return {SUBMISSION_KEY: submission_id, IDEMPOTENCY_KEY: idempotency_key}
+
+
 class OpenAIBatchClient(HttpUpstream):
     can_list = True
+    carries_many = True
     max_poll_interval = 30.0  # a batch takes minutes to hours: no need to ask twice a second
     # A 503 means the request was not taken (overloaded); a 500, 502 or 504 may come after
     # the batch was made (a gateway timing out in front of it).
@@ -106,20 +123,46 @@ class OpenAIBatchClient(HttpUpstream):
             raise _costs_nothing(exc) from None
         if found is not None:
             return Created(found)
+        line = self._line(batch_id, request.model, request.prompt, request.posts)
+        return await self._make(f"{batch_id}.jsonl", line, metadata_of(batch_id, key))
+
+    async def submit(self, job: JobRequest) -> Created:
+        """The upstream batch of this submission, one request line per ledger batch: the one
+        made before under its key if it is listed (no new charge), else a new one (paid).
+        Raises as `create` does."""
+        key = job.idempotency_key
+        try:
+            found = await self.find_job(submission_id=job.submission_id, idempotency_key=key)
+        except TransportError as exc:
+            raise _costs_nothing(exc) from None
+        if found is not None:
+            return Created(found)
+        lines = "".join(
+            self._line(batch_id, job.model, job.prompt, posts) for batch_id, posts in job.lines
+        )
+        metadata = submission_metadata(job.submission_id, key)
+        return await self._make(f"{job.submission_id}.jsonl", lines, metadata)
+
+    def _line(
+        self, batch_id: str, model: str, prompt: str, posts: Sequence[tuple[str, str]]
+    ) -> str:
         line = {
             "custom_id": batch_id,
             "method": "POST",
             "url": ENDPOINT,
-            "body": chat_body(request.model, request.prompt, request.posts, self.json_schema),
+            "body": chat_body(model, prompt, posts, self.json_schema),
         }
-        lines = json.dumps(line, ensure_ascii=False) + "\n"
+        return json.dumps(line, ensure_ascii=False) + "\n"
+
+    async def _make(self, filename: str, lines: str, metadata: dict[str, str]) -> Created:
+        """Upload the requests and make the upstream batch of them (paid)."""
         try:
             uploaded = json_body(
                 await self._send(
                     "POST",
                     "/files",
                     data={"purpose": "batch"},
-                    files={"file": (f"{batch_id}.jsonl", lines.encode(), "application/jsonl")},
+                    files={"file": (filename, lines.encode(), "application/jsonl")},
                 )
             )
         except TransportError as exc:
@@ -133,7 +176,7 @@ class OpenAIBatchClient(HttpUpstream):
                     "input_file_id": file_id,
                     "endpoint": ENDPOINT,
                     "completion_window": self.completion_window,
-                    "metadata": metadata_of(batch_id, key),
+                    "metadata": metadata,
                 },
             )
             made = accepted_body(response)
@@ -148,12 +191,21 @@ class OpenAIBatchClient(HttpUpstream):
                 status=exc.http_status,
                 gateway_retries=exc.gateway_retries,
             ) from None
-        return Created(str(made["id"]), gateway_retries=gateway_retries_of(response.headers))
+        retried = gateway_retries_of(response.headers)
+        return Created(str(made["id"]), gateway_retries=retried, file_id=file_id)
 
     async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+        """The upstream batch made for this ledger batch alone (one made before submissions
+        carried many) and key."""
+        return await self._find(metadata_of(batch_id, idempotency_key))
+
+    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None:
+        """The upstream batch made for this submission and key."""
+        return await self._find(submission_metadata(submission_id, idempotency_key))
+
+    async def _find(self, wanted: dict[str, str]) -> str | None:
         """Look through the most recent upstream batches (newest first, paging with `after`)
-        for the one whose metadata names this ledger batch and key."""
-        wanted = metadata_of(batch_id, idempotency_key)
+        for the one whose metadata holds `wanted`."""
         seen, after = 0, None
         while seen < self.search_limit:
             params: dict[str, Any] = {"limit": min(PAGE, self.search_limit - seen)}
@@ -172,29 +224,37 @@ class OpenAIBatchClient(HttpUpstream):
         return None
 
     async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        data = json_body(await self._send("GET", f"/batches/{task_id}", reads_task=True))
-        status = _STATUS.get(str(data.get("status")))
-        if status is None:
-            raise UpstreamError(f"unexpected batch status {data.get('status')!r}")
+        data, status = await self._look(task_id)
         if status is TaskStatus.FAILED:
-            errors = (data.get("errors") or {}).get("data") or []
-            why = "; ".join(
-                f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict)
-            )
-            why = why or "no reason"
-            return TaskSnapshot(
-                task_id,
-                status,
-                None,
-                None,
-                f"the batch failed validation, no request ran (not billed): {why}",
-                billed=False,
-            )
+            return _never_ran(task_id, data)
         if status is not TaskStatus.SUCCEEDED:
             return TaskSnapshot(task_id, status, None, None, None)
         lines = await self._lines(data.get("output_file_id"))
         lines += await self._lines(data.get("error_file_id"))
         return line_result(task_id, lines, str(data["status"]))
+
+    async def get_job(self, job_id: str, batch_ids: Sequence[str]) -> JobSnapshot:
+        """The submission's upstream batch; once ended, each ledger batch's line read as
+        that batch's result (a batch with no line: never ran, or lost)."""
+        data, status = await self._look(job_id)
+        if status is TaskStatus.FAILED:
+            return JobSnapshot(job_id, status, {b: _never_ran(job_id, data) for b in batch_ids})
+        if status is not TaskStatus.SUCCEEDED:
+            return JobSnapshot(job_id, status, {})
+        of_batch: dict[str, list[dict[str, Any]]] = {}
+        for file_id in (data.get("output_file_id"), data.get("error_file_id")):
+            for line in await self._lines(file_id):
+                of_batch.setdefault(line["custom_id"], []).append(line)
+        ended = str(data["status"])
+        lines = {b: line_result(job_id, of_batch.get(b, []), ended) for b in batch_ids}
+        return JobSnapshot(job_id, status, lines)
+
+    async def _look(self, batch_id: str) -> tuple[dict[str, Any], TaskStatus]:
+        data = json_body(await self._send("GET", f"/batches/{batch_id}", reads_task=True))
+        status = _STATUS.get(str(data.get("status")))
+        if status is None:
+            raise UpstreamError(f"unexpected batch status {data.get('status')!r}")
+        return data, status
 
     async def _lines(self, file_id: Any) -> list[dict[str, Any]]:
         if not isinstance(file_id, str) or not file_id:
@@ -237,6 +297,14 @@ def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskS
     if content is None:
         return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error_text)
     return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, content, usage, None)
+
+
+def _never_ran(task_id: str, data: dict[str, Any]) -> TaskSnapshot:
+    """A batch that failed validation: OpenAI runs none of its requests, and bills none."""
+    errors = (data.get("errors") or {}).get("data") or []
+    why = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
+    reason = f"the batch failed validation, no request ran (not billed): {why or 'no reason'}"
+    return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, reason, billed=False)
 
 
 def _costs_nothing(exc: TransportError) -> TransportError:

@@ -98,10 +98,12 @@ def test_one_invalid_post_is_retried_alone(
     indirect=["faulty"],
 )
 def test_unusable_output_is_split_into_halves_once(
-    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path, kind: str
 ) -> None:
     run(tmp_path, 25)
-    assert sorted(len(c["post_ids"]) for c in faulty.charges()) == [12, 13, 25]
+    # The Batch API sends both halves in the next job, one line each.
+    halves = [25] if kind == BATCH else [12, 13]
+    assert sorted(len(c["post_ids"]) for c in faulty.charges()) == sorted([*halves, 25])
     assert statuses(ledger) == {"completed": 25}
     first, *halves = ledger.batches(MONTH)
     assert first.failure_kind is FailureKind.BATCH_INVALID
@@ -207,6 +209,7 @@ def test_credential_faults_stop_the_run_without_any_retry(
     from flows.monthly import RunStopped
 
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")  # so that "no further batch" is exact
+    monkeypatch.setenv("POSTLEDGER_MAX_SUBMISSION_BATCHES", "1")  # Batch APIs: one per job
     with pytest.raises(RunStopped, match=failure.value):
         run(tmp_path, 60)
     assert faulty.creates() == 1  # no retry at all, no further batch
@@ -264,10 +267,13 @@ def test_transport_fault_is_retried_and_charged_once(
         assert batch.upstream_task_id and batch.upstream_task_id.startswith("msgbatch_")
         assert batch.charge is Charge.CONFIRMED
         assert charge["idempotency_key"] == batch.batch_id  # the request's custom_id
-    else:  # the Batch API: its batch's id; the key travels in the batch's metadata
+    else:  # the Batch API: its batch's id; the submission's key travels in its metadata
         assert batch.upstream_task_id and batch.upstream_task_id.startswith("batch_")
         assert batch.charge is Charge.CONFIRMED
-        assert charge["idempotency_key"] == batch.idempotency_key
+        assert batch.submission_id is not None
+        submission = ledger.submission(batch.submission_id)
+        assert charge["idempotency_key"] == submission.idempotency_key
+        assert submission.upstream_job_id == batch.upstream_task_id
 
 
 @pytest.mark.parametrize("faulty", ["create:http_503#1+2"], indirect=True)
@@ -316,6 +322,7 @@ def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
 
     monkeypatch.setenv("POSTLEDGER_UPSTREAM_IDEMPOTENT", "false")
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    monkeypatch.setenv("POSTLEDGER_MAX_SUBMISSION_BATCHES", "1")  # Message Batches: one per job
     run(tmp_path, 30)
     assert faulty.creates() == 2  # the ambiguous one, then the next batch
     first, second = ledger.batches(MONTH)
