@@ -296,6 +296,12 @@ def add_openai_routes(
             items = json.loads(task.output)
         except ValueError:
             items = None
+        # Each request's own items, found by post id in one pass (a job may carry thousands
+        # of requests and 100 000 items).
+        of_post: dict[Any, list[Any]] = {}
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                of_post.setdefault(item.get("id"), []).append(item)
         out, errors = [], []
         for index, (custom_id, post_ids) in enumerate(requests):
             line: dict[str, Any] = {"id": _new_id("batch_req"), "custom_id": custom_id}
@@ -317,7 +323,7 @@ def add_openai_routes(
                 errors.append({**line, "response": response, "error": None})
             else:
                 own = (
-                    [i for i in items if isinstance(i, dict) and i.get("id") in post_ids]
+                    [item for post_id in post_ids for item in of_post.get(post_id, [])]
                     if isinstance(items, list)
                     else None
                 )
