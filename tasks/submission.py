@@ -15,7 +15,6 @@ failure; the breaker hears of it once.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -29,7 +28,7 @@ from postledger.record.crash import CrashPoint, crash_point
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchRecord, BatchStatus, SubmissionRecord
 from postledger.settings import Settings, current_settings
-from postledger.upstreams import can_list
+from postledger.upstreams import can_list, request_bytes
 from postledger.upstreams.calls import JobSnapshot
 from postledger.upstreams.errors import AmbiguousCreate, UpstreamError
 from postledger.upstreams.openai_batch import submission_metadata
@@ -56,9 +55,12 @@ from tasks.upstream_calls import (
     with_request_retries,
 )
 
-# Room kept in a job's file for the next line before it is marked running: its posts may be
-# up to max_batch_chars characters of up to 4 bytes each, under the prompt and the JSON around.
-_LINE_OVERHEAD = 4096
+# Room kept in a job's file for the next line before it is marked running (its size is known
+# only then): its posts may be up to max_batch_chars characters, each up to 7 bytes once
+# escaped twice (a control character in the posts' JSON, inside the line's JSON), under the
+# prompt and the JSON around them.
+_BYTES_PER_CHAR = 7
+_LINE_OVERHEAD = 8192
 
 
 def new_submission_id(month: str) -> str:
@@ -107,22 +109,22 @@ class _Submission:
         that may not start (it, and those after it, stay queued: nothing was paid)."""
         settings = self.settings
         most_lines, most_bytes = settings.submission_limits()
-        next_line = 4 * settings.max_batch_chars + len(settings.prompt.encode()) + _LINE_OVERHEAD
+        next_line = (
+            _BYTES_PER_CHAR * settings.max_batch_chars
+            + 2 * len(settings.prompt.encode())
+            + _LINE_OVERHEAD
+        )
         marked: list[BatchRecord] = []
         size = 0
         for batch_id in batch_ids[:most_lines]:
             if marked and size + next_line > most_bytes:
                 break
-            started = mark_sent(self.ledger, batch_id, settings, holder)
-            if not isinstance(started, BatchRecord):
-                return marked, started
-            batch = started
+            batch = mark_sent(self.ledger, batch_id, settings, holder)
+            if not isinstance(batch, BatchRecord):
+                return marked, batch
             marked.append(batch)
-            size += (
-                len(json.dumps(batch.request, ensure_ascii=False).encode())
-                + next_line
-                - (4 * settings.max_batch_chars)
-            )
+            posts = [(pid, text) for pid, text in batch.request or []]
+            size += request_bytes(settings, batch.batch_id, posts)  # as it will be sent
         return marked, None
 
     async def send(self, batches: list[BatchRecord]) -> tuple[BatchOutcome, ...]:

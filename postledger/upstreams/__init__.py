@@ -20,15 +20,17 @@ All raise the same typed errors (`postledger.upstreams.errors`), which
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.anthropic_batch import AnthropicBatchClient
 from postledger.upstreams.anthropic_messages import AnthropicMessagesClient
+from postledger.upstreams.anthropic_protocol import messages_body
 from postledger.upstreams.calls import Created, CreateRequest, JobRequest, JobSnapshot, TaskSnapshot
 from postledger.upstreams.http import HttpUpstream, Timeouts
-from postledger.upstreams.openai_batch import OpenAIBatchClient
+from postledger.upstreams.openai_batch import OpenAIBatchClient, request_line
 from postledger.upstreams.openai_chat import OpenAIChatClient
 from postledger.upstreams.task_api import TaskApiClient
 
@@ -39,6 +41,7 @@ __all__ = [
     "UpstreamNotConfigured",
     "can_list",
     "carries_many",
+    "request_bytes",
     "check_configured",
     "upstream_for",
 ]
@@ -105,6 +108,17 @@ def can_list(settings: Settings) -> bool:
 def carries_many(settings: Settings) -> bool:
     """Whether one upstream job of the configured upstream carries many ledger batches."""
     return _CLIENTS[settings.upstream_kind].carries_many
+
+
+def request_bytes(settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]) -> int:
+    """The bytes one ledger batch's request takes in a Batch API job (its line of the input
+    file, its entry of a Message Batch's body)."""
+    if settings.upstream_kind is UpstreamKind.ANTHROPIC_BATCH:
+        params = messages_body(settings.model, settings.prompt, posts, settings.max_output_tokens)
+        request = {"custom_id": batch_id, "params": params}
+        return len(json.dumps(request, ensure_ascii=False).encode()) + 1
+    line = request_line(batch_id, settings.model, settings.prompt, posts, settings.json_schema)
+    return len(line.encode())
 
 
 def check_configured(settings: Settings) -> None:

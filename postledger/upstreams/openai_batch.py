@@ -146,13 +146,7 @@ class OpenAIBatchClient(HttpUpstream):
     def _line(
         self, batch_id: str, model: str, prompt: str, posts: Sequence[tuple[str, str]]
     ) -> str:
-        line = {
-            "custom_id": batch_id,
-            "method": "POST",
-            "url": ENDPOINT,
-            "body": chat_body(model, prompt, posts, self.json_schema),
-        }
-        return json.dumps(line, ensure_ascii=False) + "\n"
+        return request_line(batch_id, model, prompt, posts, self.json_schema)
 
     async def _make(self, filename: str, lines: str, metadata: dict[str, str]) -> Created:
         """Upload the requests and make the upstream batch of them (paid)."""
@@ -297,6 +291,19 @@ def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskS
     if content is None:
         return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error_text)
     return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, content, usage, None)
+
+
+def request_line(
+    batch_id: str, model: str, prompt: str, posts: Sequence[tuple[str, str]], json_schema: bool
+) -> str:
+    """One ledger batch's line of a job's input file."""
+    line = {
+        "custom_id": batch_id,
+        "method": "POST",
+        "url": ENDPOINT,
+        "body": chat_body(model, prompt, posts, json_schema),
+    }
+    return json.dumps(line, ensure_ascii=False) + "\n"
 
 
 def _never_ran(task_id: str, data: dict[str, Any]) -> TaskSnapshot:

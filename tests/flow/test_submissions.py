@@ -125,6 +125,23 @@ def test_each_line_settles_its_own_batch_by_its_rule(
     assert_attempts_are_charges(ledger, faulty)  # every line that ran was paid, once
 
 
+@pytest.mark.parametrize("kind", BATCH_KINDS)
+@pytest.mark.parametrize("faulty", ["create:auth#1"], indirect=True)
+def test_a_refused_job_fails_every_batch_it_carried_and_stops_the_run(
+    prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
+) -> None:
+    from flows.monthly import RunStopped
+
+    with pytest.raises(RunStopped, match="auth"):
+        run(tmp_path, 40)
+    assert faulty.creates() == 1 and faulty.charges() == []  # refused: nothing ran, or paid
+    (submission,) = submissions(ledger)
+    assert submission.upstream_job_id is None and len(submission.batch_ids) == 8
+    failed = ledger.posts(MONTH, PostStatus.FAILED)
+    assert len(failed) == 40 and {p.attempts for p in failed} == {0}
+    assert ledger.spend_totals(MONTH)["possible"] == 0
+
+
 @pytest.mark.parametrize("kind", ["openai_batch"])
 @pytest.mark.parametrize("faulty", ["task:expired#1"], indirect=True)
 def test_an_expired_job_keeps_its_finished_lines_and_sends_only_the_rest(
