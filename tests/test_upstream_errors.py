@@ -325,7 +325,7 @@ def test_the_task_api_and_batch_api_creates_report_the_gateways_retries() -> Non
         )
 
     created = create(client_of(OpenAIBatchClient, batch_api(batches=made), "https://up.example/v1"))
-    assert created == Created("batch_9", gateway_retries=3)
+    assert created == Created("batch_9", gateway_retries=3, file_id="file_1")
 
 
 def test_a_failing_answer_carries_the_gateways_retries() -> None:
