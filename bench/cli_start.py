@@ -31,6 +31,8 @@ COMMANDS = (
     ("status", "--month", MONTH, "--failed"),
     ("breaker",),
     ("plan", "--month", MONTH),
+    # Reads the whole month and writes its files (in the project folder's `report/`).
+    ("report", "--month", MONTH, "--out", "report"),
 )
 
 

@@ -208,24 +208,25 @@ def report(
     exactly), wasted_currency_units its share of spend paid for unusable output. Amounts are in
     the currency of the price table. summary-MONTH.md: the month in a page, with the completed
     posts counted by category and by sentiment."""
+    # Plain SQL and no ORM, as `status`: one snapshot of the ledger, opened read-only.
     from postledger.progress.parquet import MissingPyarrow
     from postledger.progress.report import write_report
-    from postledger.progress.status import open_read_only, status_of
+    from postledger.progress.status import status
+    from postledger.record.plain import database_url_from_environment, ledger_url
 
     month = _month(month)
-    ledger = open_read_only(_settings())
-    summary = status_of(ledger, month) if ledger is not None else None
-    if ledger is None or summary is None:
-        err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
-        raise typer.Exit(1)
-    try:
-        written = write_report(ledger, month, summary, out_dir, text=with_text, parquet=parquet)
-    except MissingPyarrow as missing:
-        # One line, whatever the terminal's width; "[parquet]" is text, not markup.
-        err.print(f"[red]error:[/] {escape(str(missing))}", soft_wrap=True, highlight=False)
-        raise typer.Exit(1) from None
-    finally:
-        ledger.close()
+    url = ledger_url(database_url_from_environment(), create_folder=False)
+    with read_only(url) as reader:
+        summary = status(reader, month) if reader is not None else None
+        if reader is None or summary is None:
+            err.print(f"[yellow]The ledger knows nothing of {month} yet.[/]")
+            raise typer.Exit(1)
+        try:
+            written = write_report(reader, month, summary, out_dir, text=with_text, parquet=parquet)
+        except MissingPyarrow as missing:
+            # One line, whatever the terminal's width; "[parquet]" is text, not markup.
+            err.print(f"[red]error:[/] {escape(str(missing))}", soft_wrap=True, highlight=False)
+            raise typer.Exit(1) from None
     for path in written:
         out.print(f"wrote {path}")
 

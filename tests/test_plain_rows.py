@@ -1,11 +1,12 @@
 """`postledger breaker` and `postledger plan` read their rows in plain SQL
 (`postledger.record.rows`) without the ORM: what they show must be what the tables hold, on
 SQLite and PostgreSQL, opened read-only by the driver or through a running process's engine,
-and the commands must not import SQLAlchemy at all (that import alone takes longer than their
-answer)."""
+and the commands (and `report`) must not import SQLAlchemy at all (that import alone takes
+longer than their answer)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -135,10 +136,15 @@ def test_a_sqlite_file_is_found_as_sqlalchemy_finds_it(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["status", "--month", MONTH], ["breaker"], ["plan", "--month", MONTH]]
+    "command",
+    [["status", "--month", MONTH], ["breaker"], ["plan", "--month", MONTH], ["report"]],
 )
-def test_the_read_commands_import_no_orm(any_ledger_url: str, command: list[str]) -> None:
+def test_the_read_commands_import_no_orm(
+    any_ledger_url: str, command: list[str], tmp_path: Path
+) -> None:
     _an_interrupted_month(any_ledger_url).close()
+    if command == ["report"]:
+        command = ["report", "--month", MONTH, "--out", str(tmp_path / "report")]
     script = (
         "import atexit, sys\n"
         "atexit.register(lambda: print('ORM' if {'sqlalchemy', 'sqlmodel'} & set(sys.modules)"
@@ -157,3 +163,6 @@ def test_the_read_commands_import_no_orm(any_ledger_url: str, command: list[str]
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "no ORM"
     assert MONTH in done.stdout or "up" in done.stdout
+    if command[0] == "report":  # what it read it wrote: every post, in file order
+        lines = (tmp_path / "report" / f"posts-{MONTH}.jsonl").read_text().splitlines()
+        assert [json.loads(line)["id"] for line in lines] == [f"p{i}" for i in range(8)]

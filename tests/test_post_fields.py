@@ -166,7 +166,8 @@ def test_a_broken_emoji_in_a_field_is_kept_and_reported(
     report = status_of(ledger, MONTH)
     assert report is not None
     out = tmp_path / "report"
-    write_report(ledger, MONTH, report, out)
+    with ledger.plain() as reader:
+        write_report(reader, MONTH, report, out)
     (row,) = [json.loads(line) for line in (out / f"posts-{MONTH}.jsonl").read_text().splitlines()]
     assert (row["author"], row["lang"]) == ("ana\\ud83d", "en")
     assert "ana\\ud83d" in (out / f"posts-{MONTH}.csv").read_text(encoding="utf-8")

@@ -16,8 +16,9 @@ from typing import Any
 from postledger.guards.spend import money
 from postledger.progress.shares import month_shares
 from postledger.progress.words import SIMULATED_SPEND
-from postledger.record.models import PostStatus
-from postledger.record.reads import LedgerReads
+from postledger.record import rows as ledger_rows
+from postledger.record.kinds import PostStatus
+from postledger.record.plain import Reader
 
 RESULT_FIELDS = ("category", "sentiment", "summary")
 OUTCOME = ("status", *RESULT_FIELDS, "failure_kind", "failure_reason", "attempts")
@@ -45,13 +46,15 @@ class MonthTable:
         return sum(row[column] for row in self.rows)
 
 
-def post_rows(ledger: LedgerReads, month: str, *, text: bool = False) -> MonthTable:
+def post_rows(reader: Reader, month: str, *, text: bool = False) -> MonthTable:
     """The month's posts as rows: the id, the input's own fields (every field any post has,
     in the order first met), the text if asked for, the outcome, and the post's share of the
     confirmed and of the wasted spend (`postledger.progress.shares`): each column adds up to
     the month's spend of its kind exactly."""
-    shares = month_shares(ledger.spend(month), ledger.batches(month))
-    posts = ledger.posts(month)
+    shares = month_shares(
+        ledger_rows.charges(reader, month), ledger_rows.sent_requests(reader, month)
+    )
+    posts = ledger_rows.reported_posts(reader, month)
     given = [_writable(json.loads(post.fields)) if post.fields else {} for post in posts]
     inputs = input_columns(given)
     by_field = {name: column for column, name in inputs.items()}
@@ -206,7 +209,7 @@ def _most_first(item: tuple[Any, int]) -> tuple[int, str]:
 
 
 def write_report(
-    ledger: LedgerReads,
+    reader: Reader,
     month: str,
     report: dict[str, Any],
     out: Path,
@@ -222,7 +225,7 @@ def write_report(
 
     writer = parquet_writer() if parquet else None
     out.mkdir(parents=True, exist_ok=True)
-    table = post_rows(ledger, month, text=text)
+    table = post_rows(reader, month, text=text)
     jsonl, csv_path, summary = (
         out / f"posts-{month}.jsonl",
         out / f"posts-{month}.csv",

@@ -12,8 +12,33 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from postledger.record.models import BatchRecord, SpendRecord, SpendState
+from postledger.record.kinds import SpendState
+
+
+class PaidRow(Protocol):
+    """A row of the month's spend (`rows.Charge`, or the table's own record)."""
+
+    @property
+    def batch_id(self) -> str: ...
+    @property
+    def state(self) -> SpendState: ...
+    @property
+    def cost(self) -> int | None: ...
+    @property
+    def estimated_cost(self) -> int | None: ...
+
+
+class SentBatch(Protocol):
+    """A batch and what it sent (`rows.SentRequest`, or the table's own record)."""
+
+    @property
+    def batch_id(self) -> str: ...
+    @property
+    def request(self) -> list[list[str]] | None: ...
+    @property
+    def post_ids(self) -> list[str]: ...
 
 
 def largest_remainder(amount: int, weights: Sequence[int]) -> list[int]:
@@ -48,7 +73,7 @@ class Shares:
     wasted: Counter[str] = field(default_factory=Counter)
 
 
-def month_shares(spend: Iterable[SpendRecord], batches: Iterable[BatchRecord]) -> Shares:
+def month_shares(spend: Iterable[PaidRow], batches: Iterable[SentBatch]) -> Shares:
     """The month's confirmed and wasted spend shared over the posts of each batch's request by
     their characters: each batch's shares sum to its cost, the month's to its spend (as
     `LedgerReads.spend_totals` counts it)."""
@@ -79,7 +104,7 @@ def month_shares(spend: Iterable[SpendRecord], batches: Iterable[BatchRecord]) -
     return shares
 
 
-def _sent(batch: BatchRecord) -> list[tuple[str, int]]:
+def _sent(batch: SentBatch) -> list[tuple[str, int]]:
     """The posts a paid batch sent, with their characters: its request as kept before the
     first send. A batch charged without one (a ledger older than the request) is shared
     equally over the posts it lists."""

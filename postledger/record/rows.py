@@ -1,7 +1,8 @@
 """Rows a read command shows as they are, read in plain SQL (`plain.Reader`): the breakers and
-their history, the questions that wait for a person, and a month's interrupted batches.
+their history, the questions that wait for a person, a month's interrupted batches, and what
+its report shows (each post, each charge, each paid batch's request).
 
-`postledger breaker` and `postledger plan` read these without importing the ORM, as `status`
+`postledger breaker`, `plan` and `report` read these without importing the ORM, as `status`
 reads `figures.py`; a run reads the same rows through its own engine (`LedgerReads.plain`), so
 what a command shows and what a run decides come from one query each.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from postledger.record.kinds import BatchStatus, BreakerLevel
+from postledger.record.kinds import BatchStatus, BreakerLevel, FailureKind, PostStatus, SpendState
 from postledger.record.plain import Reader, stamped
 
 # A month has at most a few interrupted batches (the window's and the saved outputs), but a
@@ -151,3 +152,79 @@ def _members(reader: Reader, batch_ids: list[str]) -> dict[str, list[str]]:
 def _json(value: Any) -> Any:
     # SQLite hands a JSON column back as its text; psycopg, already decoded.
     return json.loads(value) if isinstance(value, str) else value
+
+
+# --- what a month's report shows -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportedPost:
+    """One post as the report shows it."""
+
+    post_id: str
+    text: str
+    fields: str | None  # the input line's own keys besides id and text, as canonical JSON
+    status: PostStatus
+    result: dict[str, Any] | None
+    failure_kind: FailureKind | None
+    failure_reason: str | None
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One paid submission of a batch (a row of `spend`)."""
+
+    batch_id: str
+    state: SpendState
+    cost: int | None
+    estimated_cost: int | None
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """What a batch sent: its request as first sent (None before one was kept), and the posts
+    it lists."""
+
+    batch_id: str
+    request: list[list[str]] | None
+    post_ids: list[str]
+
+
+def reported_posts(reader: Reader, month: str) -> list[ReportedPost]:
+    """The month's posts in file order."""
+    rows = reader.rows(
+        "SELECT post_id, text, fields, status, result, failure_kind, failure_reason, attempts "
+        "FROM posts WHERE month = ? ORDER BY position",
+        month,
+    )
+    return [
+        ReportedPost(
+            post_id,
+            text,
+            fields,
+            PostStatus[status],
+            _json(result),
+            FailureKind[kind] if kind else None,
+            reason,
+            int(attempts),
+        )
+        for post_id, text, fields, status, result, kind, reason, attempts in rows
+    ]
+
+
+def charges(reader: Reader, month: str) -> list[Charge]:
+    """The month's spend rows, in the order booked."""
+    rows = reader.rows(
+        "SELECT batch_id, state, cost, estimated_cost FROM spend WHERE month = ? ORDER BY id",
+        month,
+    )
+    return [Charge(b, SpendState[state], cost, estimate) for b, state, cost, estimate in rows]
+
+
+def sent_requests(reader: Reader, month: str) -> list[SentRequest]:
+    """Every batch of the month, with its request and its posts' ids."""
+    rows = reader.rows(
+        "SELECT batch_id, request, post_ids FROM batches WHERE month = ? ORDER BY seq", month
+    )
+    return [SentRequest(b, _json(request), _json(ids)) for b, request, ids in rows]

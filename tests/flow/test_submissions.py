@@ -89,6 +89,7 @@ def instruction_tokens(kind: str) -> int:
     return count_tokens(prompt)
 
 
+@pytest.mark.one_case_per_kind_on_postgres  # the rules' ledger writes are tested on both
 @pytest.mark.parametrize("kind", ["openai_batch"])
 @pytest.mark.parametrize(
     ("faulty", "rule"),
