@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
@@ -22,10 +22,13 @@ from prefect import get_run_logger
 
 from flows.approval import ask_about_budget, ask_to_continue
 from flows.batch_runs import BatchRuns, Crashed, Ended
+from flows.due_work import plan_due_work, work_left
+from flows.phases import Finished, HeldByBudget, Phase, Sending, Stopping, WaitingForProbe
+from flows.stops import breaker_stop, ledger_stop, said
 from postledger.guards.breaker import window
 from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import Answer, BreakerLevel, PostStatus, utcnow
+from postledger.record.models import Answer, BreakerLevel, utcnow
 from postledger.settings import Settings
 from postledger.upstreams import carries_many
 from tasks.outcome import (
@@ -55,47 +58,6 @@ class ShowProgress(Protocol):
 
 class RunStopped(RuntimeError):
     """No further batch may start in this run (R14, R19, R20); the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Sending:
-    """Batches start while the window has room."""
-
-    # Under a budget: the batch just started, not yet past its budget check. The next one
-    # starts only after it, so that one held back is never overtaken by a later one (R9).
-    checking: str | None = None
-    budget_looked_again: bool = False  # a budget hold was already looked at again once
-
-
-@dataclass(frozen=True)
-class WaitingForProbe:
-    """Another run's probe batch holds the upstream: look again at `until` (monotonic)."""
-
-    until: float
-
-
-@dataclass(frozen=True)
-class HeldByBudget:
-    """A batch could cross the month's budget: let those in flight settle at their real cost,
-    look again once, then ask a person."""
-
-    why: str
-    looked_again: bool
-
-
-@dataclass(frozen=True)
-class Stopping:
-    """Nothing more starts in this run: let those in flight end, then stop with `why`."""
-
-    why: str
-
-
-Phase = Sending | WaitingForProbe | HeldByBudget | Stopping
-
-
-@dataclass(frozen=True)
-class Finished:
-    why_stopped: str | None  # None: the month's work is done, as far as this run can take it
 
 
 def run_until_done(
@@ -337,59 +299,3 @@ class Dispatch:
 
     def breaker_level(self) -> BreakerLevel:
         return self.ledger.approvals.breaker(self.upstream).level
-
-
-def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
-    """Whether anything of the month may still be sent: pending, waiting or queued."""
-    return ledger.has_posts(month, PostStatus.PENDING) or ledger.next_wake(month, skip) is not None
-
-
-# A step over this many posts takes seconds: it is said before it starts, not only after, so
-# that a log read by no terminal (a worker's) shows what the run is doing.
-LONG_STEP_POSTS = 20_000
-
-
-def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
-    """Posts whose wait is over, and pending posts, into new batches (the writes happen only
-    when there is something to write)."""
-    if ledger.has_posts(month, PostStatus.WAITING):
-        ledger.release_due(month)
-    if pending := ledger.count_in(month, PostStatus.PENDING):
-        if pending >= LONG_STEP_POSTS:
-            get_run_logger().info("%s: planning %d posts into batches", month, pending)
-        plan = ledger.plan(
-            month,
-            max_posts=settings.max_batch_posts,
-            max_chars=settings.max_batch_chars,
-            max_attempts=settings.max_attempts,
-        )
-        if pending >= LONG_STEP_POSTS:
-            get_run_logger().info("%s: %d batches planned", month, len(plan.batches))
-        if plan.too_long:
-            get_run_logger().warning(
-                "%d posts longer than max_batch_chars: not sent", plan.too_long
-            )
-
-
-def ledger_stop(
-    error: LedgerUnavailable | str, in_flight: set[str], settings: Settings, month: str
-) -> str:
-    flying = ", ".join(sorted(in_flight)) or "none"
-    return (
-        f"a ledger write failed, so no new batch starts: {error}. Batches in flight then: "
-        f"{flying}; they were awaited, and what they could not write is in "
-        f"{settings.spill_file(month)}, which the next run imports first. Fix the database, "
-        "then run again."
-    )
-
-
-def said(answer: Answer) -> str:
-    return "a person said stop" if answer is Answer.STOP else "nobody answered in time"
-
-
-def breaker_stop(upstream: str, month: str, answer: Answer) -> str:
-    return (
-        f"the circuit breaker of {upstream} is open and {said(answer)}. It stays open for "
-        f"every run until a person continues: `postledger approve --month {month}`, then run "
-        "again."
-    )

@@ -22,7 +22,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from blocks import settings_from_blocks
-from flows import dispatch
+from flows import due_work
 from flows.api_clients import lighter_task_run_clients
 from flows.artifacts import MonthArtifacts
 from flows.dispatch import RunStopped, run_until_done
@@ -209,7 +209,7 @@ def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
     """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25)."""
     logger = get_run_logger()
     settings = run.settings
-    if len(posts) >= dispatch.LONG_STEP_POSTS:  # seconds of work: said before, not after
+    if len(posts) >= due_work.LONG_STEP_POSTS:  # seconds of work: said before, not after
         logger.info("%s: writing %d posts of %s to the ledger", run.month, len(posts), path)
     synced = run.ledger.sync_posts(run.month, posts, model=settings.model, prompt=settings.prompt)
     if closed := run.ledger.close_emptied(run.month):

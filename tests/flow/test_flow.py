@@ -197,10 +197,10 @@ def test_a_long_step_is_said_before_it_starts(
 ) -> None:
     """A month big enough that taking it in and planning it take seconds says so before each
     step, for a log that no terminal shows (a worker's). The threshold is lowered here."""
-    import flows.dispatch
+    import flows.due_work
     from flows.monthly import monthly_posts
 
-    monkeypatch.setattr(flows.dispatch, "LONG_STEP_POSTS", 20)
+    monkeypatch.setattr(flows.due_work, "LONG_STEP_POSTS", 20)
     path = tmp_path / "2026-08.jsonl"
     path.write_text(
         "".join(f'{{"id": "l{i}", "text": "The widget froze, case {i}."}}\n' for i in range(30)),
