@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from postledger.batches.sending import take_task_id
 from postledger.record.models import BatchStatus, EntityKind, SubmissionRecord
-from postledger.record.reads import LedgerError, load_batch
+from postledger.record.reads import LedgerError, load_batch, waits_for_job
 from postledger.record.states import Transitions
 
 
@@ -47,11 +47,7 @@ def take_job_id(
     taken = []
     for batch_id in submission.batch_ids:
         batch = load_batch(session, batch_id)
-        if (
-            batch.submission_id == submission.submission_id
-            and batch.status is BatchStatus.RUNNING
-            and batch.upstream_task_id is None
-        ):
+        if waits_for_job(batch, submission):
             take_task_id(session, moves, batch, job_id, adopted)
             taken.append(batch_id)
     return taken

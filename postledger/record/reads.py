@@ -24,17 +24,18 @@ from postledger.record.models import (
 from postledger.record.plain import Reader, through
 
 
+def waits_for_job(batch: BatchRecord, submission: SubmissionRecord) -> bool:
+    """Whether the batch was sent last in this submission and still runs without its job's
+    id: the id, once known (or found), is its upstream task id."""
+    return (
+        batch.submission_id == submission.submission_id
+        and batch.status is BatchStatus.RUNNING
+        and batch.upstream_task_id is None
+    )
+
+
 def _waits_for_its_job(session: Session, submission: SubmissionRecord) -> bool:
-    for batch_id in submission.batch_ids:
-        batch = session.get(BatchRecord, batch_id)
-        if (
-            batch is not None
-            and batch.submission_id == submission.submission_id
-            and batch.status is BatchStatus.RUNNING
-            and batch.upstream_task_id is None
-        ):
-            return True
-    return False
+    return any(waits_for_job(load_batch(session, b), submission) for b in submission.batch_ids)
 
 
 class LedgerError(RuntimeError):

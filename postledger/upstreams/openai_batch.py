@@ -223,9 +223,7 @@ class OpenAIBatchClient(HttpUpstream):
             return _never_ran(task_id, data)
         if status is not TaskStatus.SUCCEEDED:
             return TaskSnapshot(task_id, status, None, None, None)
-        lines = await self._lines(data.get("output_file_id"))
-        lines += await self._lines(data.get("error_file_id"))
-        return line_result(task_id, lines, str(data["status"]))
+        return line_result(task_id, await self._ended_lines(data), str(data["status"]))
 
     async def get_job(self, job_id: str, batch_ids: Sequence[str]) -> JobSnapshot:
         """The submission's upstream batch; once ended, each ledger batch's line read as
@@ -236,9 +234,8 @@ class OpenAIBatchClient(HttpUpstream):
         if status is not TaskStatus.SUCCEEDED:
             return JobSnapshot(job_id, status, {})
         of_batch: dict[str, list[dict[str, Any]]] = {}
-        for file_id in (data.get("output_file_id"), data.get("error_file_id")):
-            for line in await self._lines(file_id):
-                of_batch.setdefault(line["custom_id"], []).append(line)
+        for line in await self._ended_lines(data):
+            of_batch.setdefault(line["custom_id"], []).append(line)
         ended = str(data["status"])
         lines = {b: line_result(job_id, of_batch.get(b, []), ended) for b in batch_ids}
         return JobSnapshot(job_id, status, lines)
@@ -249,6 +246,11 @@ class OpenAIBatchClient(HttpUpstream):
         if status is None:
             raise UpstreamError(f"unexpected batch status {data.get('status')!r}")
         return data, status
+
+    async def _ended_lines(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every line of an ended batch: its output file's, then its error file's."""
+        lines = await self._lines(data.get("output_file_id"))
+        return lines + await self._lines(data.get("error_file_id"))
 
     async def _lines(self, file_id: Any) -> list[dict[str, Any]]:
         if not isinstance(file_id, str) or not file_id:
