@@ -21,7 +21,6 @@ Faults, in Anthropic's words: `create:http_503` is a 529 `overloaded_error` (not
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -39,7 +38,7 @@ from simulator.model import count_tokens
 from simulator.openai_api import chat_input
 from simulator.outputs import spoiled_by
 from simulator.responses import transport_fault
-from simulator.upstream import Upstream
+from simulator.upstream import Upstream, until_done
 
 # The top-level fields of a Messages API request (anything else is refused, as the API does).
 KNOWN_FIELDS = frozenset(
@@ -253,7 +252,7 @@ def add_anthropic_routes(
             on_new=spoiled_by(faults),
             honour_key=False,
         )
-        await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))
+        await until_done(task)
         if decision is not None:
             return await transport_fault(decision, status_answer)  # made and charged, lost
         answer = message(task.model, task.output, forced_tool(body), task.input_tokens)

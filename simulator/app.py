@@ -6,6 +6,7 @@ GET  /_sim/charges        every charged task: the ground truth of what was paid
 GET  /_sim/stats          requests by route, tasks in flight now and at most
 GET/POST /_sim/faults     the fault plan in force (see `simulator.faults`)
 POST /_sim/tasks/{id}/forget   lose one task (its charge stays), as expiring upstreams do
+POST /_sim/hold           {held}: no task ends while held; on release each ends one latency later
 POST /_sim/reset          {latency, seed, honour_keys, faults}: forget every task, charge, count
                           and fault, as if just started so (tests reuse one process)
 
@@ -42,6 +43,10 @@ MAX_WAIT_SECONDS = 60.0
 class PostIn(BaseModel):
     id: str = Field(min_length=1)
     text: str
+
+
+class HoldTo(BaseModel):
+    held: bool
 
 
 class ResetTo(BaseModel):
@@ -201,6 +206,13 @@ def create_app(
         forget_openai()
         forget_anthropic_batches()
         return {"plan": plan.model_dump(mode="json")}
+
+    @app.post("/_sim/hold")
+    async def hold(to: HoldTo) -> Any:
+        """Keep every task in flight until released: a test that needs work in flight at a
+        given moment holds it there rather than hoping the latency outlasts its setup."""
+        upstream.hold(to.held, time.monotonic())
+        return {"held": to.held}
 
     @app.post("/_sim/tasks/{task_id}/forget")
     async def forget_task(task_id: str) -> Any:

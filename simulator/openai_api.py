@@ -17,7 +17,6 @@ own chat request.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -35,7 +34,7 @@ from simulator.model import count_tokens
 from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
 from simulator.outputs import spoil_output, spoiled_by
 from simulator.responses import error, refusal, transport_fault
-from simulator.upstream import SimTask, TaskState, Upstream
+from simulator.upstream import SimTask, TaskState, Upstream, until_done
 
 ENDPOINT = "/v1/chat/completions"
 UNDONE = {
@@ -238,7 +237,7 @@ def add_openai_routes(
             on_new=spoiled_by(faults),
             honour_key=False,
         )
-        await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))
+        await until_done(task)
         if decision is not None:
             return await transport_fault(decision)  # made and charged, the answer is lost
         content = _answer_text(task.output, _json_mode(body))

@@ -6,8 +6,11 @@ injection (`Faults`) can change what a request sees without touching the bookkee
 
 from __future__ import annotations
 
+import asyncio
+import math
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -59,6 +62,13 @@ class Charge:
     done_at: str  # when the task ends upstream: [at, done_at) is the time it is in flight
 
 
+async def until_done(task: SimTask) -> None:
+    """Wait out a task's latency, and any hold on it (a synchronous answer waits for it)."""
+    while task.done_at == math.inf:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))
+
+
 class IdempotencyConflict(Exception):
     """The same Idempotency-Key arrived with a different request body."""
 
@@ -75,6 +85,9 @@ class Upstream:
     max_in_flight: int = 0
     # False: every create makes (and charges) a new task, as upstreams without idempotency do.
     honour_keys: bool = True
+    # True: no task ends until released (`POST /_sim/hold`): tests that need work in flight
+    # at a given moment hold it there instead of hoping the latency is long enough.
+    held: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -90,6 +103,7 @@ class Upstream:
             self.requests.clear()
             self.polls.clear()
             self.max_in_flight = 0
+            self.held = False
             self._ids = random.Random(seed)
 
     def count_request(self, route: str, task_id: str | None = None) -> None:
@@ -127,12 +141,13 @@ class Upstream:
                 prompt=prompt,
                 posts=posts,
                 created=now,
-                done_at=now + self.latency,
+                done_at=math.inf if self.held else now + self.latency,
                 output=output,
                 input_tokens=count_tokens(prompt) + sum(count_tokens(t) for _, t in posts),
                 output_tokens=count_tokens(output),
             )
             wall = datetime.now(UTC)
+            ends = "" if self.held else (wall + timedelta(seconds=self.latency)).isoformat()
             if on_new is not None:
                 on_new(task)  # faults decided once per task, never again for a repeated key
             self.tasks[task.task_id] = task
@@ -147,7 +162,7 @@ class Upstream:
                     input_tokens=task.input_tokens,
                     output_tokens=task.output_tokens,
                     at=wall.isoformat(),
-                    done_at=(wall + timedelta(seconds=self.latency)).isoformat(),
+                    done_at=ends,
                 )
             )
             self.max_in_flight = max(self.max_in_flight, self._in_flight(now))
@@ -194,6 +209,22 @@ class Upstream:
             task = self.tasks.pop(task_id, None)
             if task is not None and task.idempotency_key is not None:
                 self.by_key.pop(task.idempotency_key, None)
+
+    def hold(self, held: bool, now: float) -> None:
+        """Hold every task from ending, or release them: each held task then ends one latency
+        after the release, and its charge says so."""
+        with self.lock:
+            self.held = held
+            if held:
+                return
+            wall = datetime.now(UTC) + timedelta(seconds=self.latency)
+            released = {t.task_id for t in self.tasks.values() if t.done_at == math.inf}
+            for task_id in released:
+                self.tasks[task_id].done_at = now + self.latency
+            self.charges = [
+                replace(c, done_at=wall.isoformat()) if c.task_id in released else c
+                for c in self.charges
+            ]
 
     def in_flight(self, now: float) -> int:
         with self.lock:

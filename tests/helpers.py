@@ -764,6 +764,10 @@ class Sim:
     def clear_faults(self) -> None:
         self.set_faults([])
 
+    def hold(self, held: bool) -> None:
+        """No task ends while held; released, each ends one latency later."""
+        httpx.post(f"{self.url}/_sim/hold", json={"held": held}).raise_for_status()
+
 
 class _Simulators:
     """The simulator processes of this pytest process, each reused test after test: a start

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -205,21 +205,55 @@ def test_a_triggered_run_of_the_deployment_completes_with_the_ledger_on_postgres
 def test_two_months_started_together_share_the_limit_of_two(deployed: Deployed) -> None:
     months, count = ["2026-06", "2026-07"], 100  # 4 batches each
     before = len(deployed.sim.charges())
-    run_ids = [_trigger(deployed, month, _posts(deployed, month, count)) for month in months]
+    # No batch ends until both runs are running: they overlap by construction, not by luck.
+    deployed.sim.hold(True)
+    try:
+        run_ids = [_trigger(deployed, month, _posts(deployed, month, count)) for month in months]
+
+        def both_busy() -> bool:
+            return _both_running(deployed, run_ids) and _in_flight(deployed) == 2
+
+        _wait_until(both_busy, deployed)
+        # Both runs are running and two batches are in flight: the other run's batches wait.
+        time.sleep(2)
+        assert _in_flight(deployed) == 2
+        assert len(deployed.sim.charges()) - before == 2
+    finally:
+        deployed.sim.hold(False)
     runs = _wait_final(deployed, run_ids)
     assert [run["state"]["type"] for run in runs] == ["COMPLETED", "COMPLETED"]
     for month in months:
         _completed_and_charged_once(deployed, month, count)
-    # They really ran at the same time (two workers) ...
     spans = [
         (datetime.fromisoformat(r["start_time"]), datetime.fromisoformat(r["end_time"]))
         for r in runs
     ]
     assert max(s for s, _ in spans) < min(e for _, e in spans), f"runs did not overlap: {spans}"
     charges = deployed.sim.charges()[before:]
-    # ... and never had more than two batches in flight between them.
+    # Never more than two batches in flight between them.
     assert deployed.sim.stats()["max_in_flight"] <= 2
     assert _peak_from_charge_log(charges) <= 2
+
+
+def _in_flight(deployed: Deployed) -> int:
+    return int(deployed.sim.stats()["in_flight"])
+
+
+def _both_running(deployed: Deployed, run_ids: list[str]) -> bool:
+    states = [
+        httpx.get(f"{deployed.server.api_url}/flow_runs/{run_id}", timeout=30).json()["state"]
+        for run_id in run_ids
+    ]
+    return all(state["type"] == "RUNNING" for state in states)
+
+
+def _wait_until(ready: Callable[[], bool], deployed: Deployed, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in deployed.worker_logs)
+            raise AssertionError(f"not ready within {timeout} s\n{logs}")
+        time.sleep(0.5)
 
 
 def _peak_from_charge_log(charges: list[dict[str, Any]]) -> int:
