@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from postledger.ledger import Ledger
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
+    EntityKind,
     EventRecord,
     FailureKind,
     PostRecord,
@@ -169,9 +170,22 @@ def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(
             )
         session.commit()
         moves = Transitions(session, "2026-10")
+        moves.noted(EntityKind.POST, "p2", PostStatus.QUEUED, "logged before the move")
         changes = [PostChange("p0", "first", "2026-10-b0001"), PostChange("p1", "second", "b2")]
         moves.posts_by_id(PostStatus.PENDING, PostStatus.QUEUED, changes)
+        moves.noted(EntityKind.POST, "p2", PostStatus.QUEUED, "logged after the move")
         session.commit()
+        # Staged or bound, the same events in the same order, numbered without a gap.
+        logged = [
+            (e.seq, e.entity, e.entity_id, e.from_status, e.to_status)
+            for e in session.exec(select(EventRecord).order_by(col(EventRecord.seq)))
+        ]
+        assert logged == [
+            (1, EntityKind.POST, "p2", PostStatus.QUEUED, PostStatus.QUEUED),
+            (2, EntityKind.POST, "p0", PostStatus.PENDING, PostStatus.QUEUED),
+            (3, EntityKind.POST, "p1", PostStatus.PENDING, PostStatus.QUEUED),
+            (4, EntityKind.POST, "p2", PostStatus.QUEUED, PostStatus.QUEUED),
+        ]
         got = {p.post_id: (p.status, p.batch_id) for p in session.exec(select(PostRecord))}
         assert got["p0"] == (PostStatus.QUEUED, "2026-10-b0001")
         assert got["p1"] == (PostStatus.QUEUED, "b2")

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import func
-from sqlmodel import Session, col, select
+from sqlalchemy import select as sql_select
+from sqlmodel import Session, select
 
 from postledger.record.db import chunks, insert_many
 from postledger.record.models import (
@@ -114,16 +115,17 @@ def plan_pending(
     """The month's `pending` posts in new batches, in file order (R7); those too long, or
     with no paid attempt left (R15), end `failed`. In bulk: a month is planned from four
     columns of its rows, never loading a post's text or record."""
-    pending = session.exec(
-        select(
-            PostRecord.post_id,
-            func.length(PostRecord.text),
-            PostRecord.attempts,
-            PostRecord.extra_attempts,
+    posts = PostRecord.__table__.c  # type: ignore[attr-defined]
+    # Plain rows, not the ORM's: a month is 100 000 of them.
+    pending = (
+        session.connection()
+        .execute(
+            sql_select(posts.post_id, func.length(posts.text), posts.attempts, posts.extra_attempts)
+            .where(posts.month == month, posts.status == PostStatus.PENDING)
+            .order_by(posts.position)
         )
-        .where(PostRecord.month == month, PostRecord.status == PostStatus.PENDING)
-        .order_by(col(PostRecord.position))
-    ).all()
+        .all()
+    )
     sized: list[Sized] = []
     capped: dict[int, list[str]] = {}  # paid attempts made -> posts with none left
     for post_id, chars, attempts, extra_attempts in pending:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Insert,
+    Integer,
     MetaData,
     Table,
     Text,
@@ -196,12 +197,15 @@ def copies_rows(connection: Connection) -> bool:
     return connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg"
 
 
-# A bulk move's rows (post id, why, batch), staged for one UPDATE to join on PostgreSQL: an
-# executemany of 100 000 UPDATEs by key is 100 000 statements on the server. Temporary, so
-# each connection has its own, emptied at every commit.
+# A bulk move's rows (its order, post id, why, batch), staged for one UPDATE to join and one
+# INSERT … SELECT to log: an executemany of 100 000 UPDATEs by key is 100 000 statements (on
+# PostgreSQL, 100 000 on the server), and 100 000 events bound one by one in Python.
+# Temporary, so each connection has its own, emptied at every commit on PostgreSQL and by each
+# move before it fills it.
 STAGED_MOVES = Table(
     "postledger_staged_moves",
     MetaData(),
+    Column("n", Integer, primary_key=True),
     Column("pid", Text),
     Column("why", Text),
     Column("into", Text),
@@ -211,10 +215,13 @@ STAGED_MOVES = Table(
 
 
 def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> Table:
-    """`rows` (keys pid, why, into) in `STAGED_MOVES`, by COPY, in the open transaction."""
+    """`rows` (keys pid, why, into) in `STAGED_MOVES`, numbered 0, 1, 2, … in their order, in
+    the open transaction: by COPY on PostgreSQL, one executemany elsewhere."""
     STAGED_MOVES.create(connection, checkfirst=True)
     connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
-    _copy_rows(connection, STAGED_MOVES, rows)
+    numbered = [{"n": n, **row} for n, row in enumerate(rows)]
+    for chunk in chunks(numbered):
+        insert_many(connection, STAGED_MOVES, chunk)
     return STAGED_MOVES
 
 

@@ -8,14 +8,20 @@ is changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, event, func, update
+from sqlalchemy import Integer, bindparam, event, func, insert, literal, update
+from sqlalchemy import select as sql_select
 from sqlmodel import Session, select
 
-from postledger.record.db import chunks, copies_rows, execute_many, insert_many, staged_moves
+from postledger.record.db import (
+    STAGED_MOVES,
+    chunks,
+    execute_many,
+    insert_many,
+    staged_moves,
+)
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -82,17 +88,17 @@ class IllegalTransition(RuntimeError):
         self.target = target
 
 
-# A bulk move of this many posts or more is COPYed into a table and joined by one UPDATE on
-# PostgreSQL (a month's plan: 100 000 UPDATEs by key are 100 000 statements on the server); a
+# A bulk move of this many posts or more is staged in a table, joined by one UPDATE and logged
+# by one INSERT … SELECT (a month's plan: 100 000 UPDATEs by key are 100 000 statements); a
 # smaller one, such as the few posts of a retry, stays one executemany: a round trip or two.
 STAGE_FROM = 1_000
 # The executemany's parameters, by the names the staged table gives its columns.
 _BOUND = SimpleNamespace(pid=bindparam("pid"), why=bindparam("why"), into=bindparam("into"))
 
 
-@dataclass(frozen=True)
-class PostChange:
-    """One post of a bulk move (`Transitions.posts_by_id`), and why it moves."""
+class PostChange(NamedTuple):
+    """One post of a bulk move (`Transitions.posts_by_id`), and why it moves. A tuple: a
+    month's plan makes 100 000 of them."""
 
     post_id: str
     why: str
@@ -165,16 +171,19 @@ class Transitions:
         into_batches = changes[0].batch_id is not None
         if any((change.batch_id is not None) != into_batches for change in changes):
             raise ValueError("either every change of a bulk move names a batch, or none")
-        for chunk in chunks(changes):
-            for change in chunk:
-                self._log(EntityKind.POST, change.post_id, current, target, change.why)
-            self.write_events()  # a chunk of events at a time in memory, not a month's
         rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
         connection = self._session.connection()
-        # Each row's values: from a table the rows were COPYed into, joined by one UPDATE (a
-        # month's plan on PostgreSQL), or bound per row of an executemany (everything else).
-        staged = len(rows) >= STAGE_FROM and copies_rows(connection)
-        row: Any = staged_moves(connection, rows).c if staged else _BOUND
+        # Each row's values: from a table the rows were staged in, joined by one UPDATE and
+        # logged by one INSERT … SELECT (a month's plan), or bound per row of an executemany
+        # (the few posts of a batch or a retry: a round trip or two).
+        staged = len(rows) >= STAGE_FROM
+        if staged:
+            self.write_events()  # the events logged before this move keep their place
+            row: Any = staged_moves(connection, rows).c
+        else:
+            for change in changes:
+                self._log(EntityKind.POST, change.post_id, current, target, change.why)
+            row = _BOUND
         table = PostRecord.__table__  # type: ignore[attr-defined]
         values: dict[str, object] = {
             "status": target,
@@ -197,6 +206,7 @@ class Transitions:
         )
         if staged:
             moved = int(connection.execute(statement).rowcount)
+            self._log_staged(current, target, len(rows))
         else:
             moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
         if moved != len(rows):
@@ -240,15 +250,10 @@ class Transitions:
     def _log(
         self, entity: EntityKind, entity_id: str, current: str | None, target: str, why: str
     ) -> None:
-        if self._next_seq is None:
-            last = self._session.exec(
-                select(func.max(EventRecord.seq)).where(EventRecord.month == self._month)
-            ).one()
-            self._next_seq = (last or 0) + 1
         self._events.append(
             {
                 "month": self._month,
-                "seq": self._next_seq,
+                "seq": self._take_seq(1),
                 "entity": entity,
                 "entity_id": entity_id,
                 "from_status": current,
@@ -257,7 +262,36 @@ class Transitions:
                 "at": utcnow(),
             }
         )
-        self._next_seq += 1
+
+    def _log_staged(self, current: PostStatus, target: PostStatus, count: int) -> None:
+        """Log the staged posts' move in one INSERT … SELECT: an event per post, numbered in
+        the rows' order, none of them built in Python."""
+        first = self._take_seq(count)
+        events = EventRecord.__table__  # type: ignore[attr-defined]
+        staged = STAGED_MOVES.c
+        rows = sql_select(
+            literal(self._month, events.c.month.type),
+            literal(first, Integer) + staged.n,
+            literal(EntityKind.POST, events.c.entity.type),
+            staged.pid,
+            literal(current, events.c.from_status.type),
+            literal(target, events.c.to_status.type),
+            staged.why,
+            literal(utcnow(), events.c.at.type),
+        ).order_by(staged.n)
+        columns = ["month", "seq", "entity", "entity_id", "from_status", "to_status", "why", "at"]
+        self._session.connection().execute(insert(events).from_select(columns, rows))
+
+    def _take_seq(self, count: int) -> int:
+        """The first of `count` numbers of the month's event sequence, taken in order."""
+        if self._next_seq is None:
+            last = self._session.exec(
+                select(func.max(EventRecord.seq)).where(EventRecord.month == self._month)
+            ).one()
+            self._next_seq = (last or 0) + 1
+        first = self._next_seq
+        self._next_seq += count
+        return first
 
     def write_events(self, *_: object) -> None:
         """Insert the logged events in one statement: a batch moves 25 posts at once, and an
