@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -145,6 +146,36 @@ def _paused(kind: Question, month: str, *, embedded: bool) -> str:
     return f"[red]paused: {asks}.[/] Answer {where} with `{answer_with}`"
 
 
+class _ProgressLines:
+    """Where there is no live bar: a plain line each tenth of the month ended, and at least
+    every `EVERY` seconds while nothing does."""
+
+    EVERY = 30.0
+
+    def __init__(self, month: str, total: int, console: Console) -> None:
+        self._month, self._total, self._console = month, total, console
+        self._started = self._last = time.monotonic()
+        self._step = max(1, total // 10)
+        self._ended_then = 0
+
+    def maybe_print(self, report: dict[str, Any] | None) -> None:
+        now = time.monotonic()
+        ended = 0 if report is None else report["completed"] + report["failed"]
+        if ended < self._ended_then + self._step and now - self._last < self.EVERY:
+            return
+        self._last, self._ended_then = now, ended
+        elapsed = f"{int(now - self._started) // 60}m{int(now - self._started) % 60:02d}s"
+        if report is None:
+            line = f"{self._month}: starting Prefect and recording the posts… {elapsed}"
+        else:
+            line = (
+                f"{self._month}: {ended} of {self._total} posts ended ({report['completed']} "
+                f"completed, {report['failed']} failed), {report['counts']['running']} "
+                f"running, {elapsed}"
+            )
+        self._console.print(line, highlight=False)
+
+
 @contextmanager
 def _progress_bar(
     ledger: Ledger, month: str, total: int, console: Console, *, embedded: bool
@@ -162,10 +193,15 @@ def _progress_bar(
     bar = progress.add_task("posts", total=total, detail="starting Prefect…")
 
     told: set[int | None] = set()  # the questions already printed in full
+    # No live bar where the output is not a terminal (a log file, a pipe, cron): a line now
+    # and then instead, so that a long run is never silent.
+    lines = None if console.is_terminal else _ProgressLines(month, total, console)
 
     def refresh() -> None:
         while not stop.wait(0.5):
             report = progress_of(ledger, month)  # light: this runs beside the batches
+            if lines is not None:
+                lines.maybe_print(report)
             if report is None:
                 continue
             detail = (
