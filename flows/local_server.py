@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from flows.server_logs import plain_server_logs
 from postledger.children import (
     QuietStop,
     start_child,
@@ -63,7 +64,9 @@ def create_app() -> Any:
 
     AioSqliteConfiguration.begin_transaction = begin_immediately  # type: ignore[method-assign,assignment]
     _calm_background_worker()
-    return prefect_app(ephemeral=True, final=True)
+    app = prefect_app(ephemeral=True, final=True)
+    plain_server_logs()  # after Prefect's own logging set-up, which the app's creation does
+    return app
 
 
 # How often the server's background worker looks for work. Prefect's is docket's default,
