@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TypedDict
 
 from workdir import isolated_workdir
 
@@ -41,6 +42,13 @@ FAULTS = ",".join(
         "output:stray_id@0.02",
     ]
 )
+
+
+class Answers(TypedDict, total=False):
+    """What a person may have said up front: the monthly flow's `poll` and `resubmit`."""
+
+    poll: bool
+    resubmit: bool
 
 
 def posts_file(work: Path, n: int) -> Path:
@@ -74,7 +82,7 @@ def run_postledger(work: Path, n: int, seed: int, latency: float) -> dict[str, o
             try:
                 # From the second run on, a person has said yes up front: poll the batches an
                 # earlier run left uncertain, and resend (same key: free here) the others.
-                answers = {"poll": True, "resubmit": True} if runs > 1 else {}
+                answers: Answers = {"poll": True, "resubmit": True} if runs > 1 else {}
                 monthly_posts(month=month, posts_path=str(path), **answers)
             except RunStopped:
                 stops += 1  # a person would fix the key; here the next run simply goes on

@@ -52,8 +52,8 @@ from tests import helpers  # noqa: E402
 # Besides what the fixtures use, what tests imported from here before tests/helpers.py held
 # it: kept for modules not yet switched (and tests/test_money_model.py imports this file
 # first on purpose, see bench/money_model.py).
+from tests.helpers import LEDGER_ON_POSTGRES as LEDGER_ON_POSTGRES  # noqa: E402
 from tests.helpers import (  # noqa: E402, F401
-    LEDGER_ON_POSTGRES,
     PG_ADMIN_URL,
     REPO,
     Sim,
@@ -166,7 +166,7 @@ def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = sorted(_xdist_groups(item))
         if names and "@" not in item.nodeid:
-            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 # --- Prefect ---------------------------------------------------------------------------------

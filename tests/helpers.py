@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -506,7 +506,7 @@ def _emptied_database(url: str) -> bool:
             ]
             if tables:
                 listed = ", ".join(f'"{table}"' for table in tables)
-                conn.execute(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")  # type: ignore[arg-type]
+                conn.execute(f"TRUNCATE {listed} RESTART IDENTITY CASCADE")
     except psycopg.Error:
         return False
     return True
@@ -525,7 +525,7 @@ def _listed_databases(run_dir: Path) -> list[tuple[str, str]]:
         lines = (run_dir / "databases").read_text().splitlines()
     except OSError:
         return []
-    return [tuple(json.loads(line)) for line in lines if line.strip()]  # type: ignore[misc]
+    return [tuple(json.loads(line)) for line in lines if line.strip()]
 
 
 def _drop_database(admin: str, name: str) -> None:
@@ -845,7 +845,9 @@ def simulator_process(**options: Any) -> contextlib.AbstractContextManager[str]:
     return SIMULATORS.lease(**options)
 
 
-def start_sim(monkeypatch: Any, kind: str = "task_api", **options: Any) -> Iterator[Sim]:
+def start_sim(
+    monkeypatch: Any, kind: str = "task_api", **options: Any
+) -> Generator[Sim, None, None]:
     """The simulator, and the settings that point at it (a generator, for fixtures to `yield
     from`). `kind` is the upstream's protocol: the task API, or the simulator's OpenAI face
     (`openai_chat`, `openai_batch`: the base URL with its /v1, as the openai SDK takes it) or
@@ -910,7 +912,8 @@ def run_month(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedPr
     posts = posts_file(
         tmp_path / "posts.jsonl", 12, ids="p{:02d}", text="Login loops back to the start, case {}."
     )
-    return postledger("run", "--month", MONTH, "--posts", str(posts), *flags, cwd=tmp_path, **env)
+    # `env`'s keys are environment variables: never postledger()'s own keyword arguments.
+    return postledger("run", "--month", MONTH, "--posts", str(posts), *flags, cwd=tmp_path, **env)  # type: ignore[arg-type]
 
 
 def on_worker_server(request: Any) -> dict[str, str]:

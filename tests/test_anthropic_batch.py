@@ -120,6 +120,7 @@ def test_a_batch_still_in_progress_is_running() -> None:
 
     async def read() -> TaskSnapshot:
         async with client_of(AnthropicBatchClient, answer, "https://api.anthropic.com") as client:
-            return await client.get_task("msgbatch_1")
+            snapshot: TaskSnapshot = await client.get_task("msgbatch_1")
+            return snapshot
 
     assert asyncio.run(read()).status is TaskStatus.RUNNING

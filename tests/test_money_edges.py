@@ -263,9 +263,11 @@ def test_a_spill_written_while_it_is_imported_is_never_lost(tmp_path: Path) -> N
         writer.join(timeout=0.5)  # the writer waits on the lock meanwhile
         imported.extend(str(r["id"]) for r in records)
 
-    writer = threading.Thread(
-        target=lambda: writing.wait(5) and spill.add(SpillKind.REQUEST_RETRY, f"{MONTH}-b0002")
-    )
+    def write() -> None:
+        if writing.wait(5):
+            spill.add(SpillKind.REQUEST_RETRY, f"{MONTH}-b0002")
+
+    writer = threading.Thread(target=write)
     writer.start()
     spill.take(importer)
     writer.join(5)

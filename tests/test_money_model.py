@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -170,7 +170,7 @@ def step(function: F) -> F:
         function(self, *args, **kwargs)
         self.dirty = False
 
-    return wrapper  # type: ignore[return-value]
+    return cast("F", wrapper)
 
 
 def examples() -> int:

@@ -47,6 +47,7 @@ def test_post_transition(ledger: Ledger, current: PostStatus, target: PostStatus
         if target in POST_TRANSITIONS[current]:
             moves.post(post, target, "test", failure=_failure(target))
             session.commit()
+            # Session.get is typed `| None`: the post was added above.
             assert session.get(PostRecord, ("2026-10", "p1")).status is target  # type: ignore[union-attr]
             event = session.exec(select(EventRecord)).one()
             assert (event.from_status, event.to_status, event.why) == (current, target, "test")

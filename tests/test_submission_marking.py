@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def planned(tmp_path: Path) -> Ledger:
     return ledger
 
 
-def submission(ledger: Ledger, **settings: object) -> _Submission:
+def submission(ledger: Ledger, **settings: Any) -> _Submission:
     configured = Settings(
         upstream_kind=UpstreamKind.OPENAI_BATCH,
         upstream_url="http://127.0.0.1:9/v1",
@@ -42,7 +43,7 @@ def submission(ledger: Ledger, **settings: object) -> _Submission:
         prompt="p",
         prices={"m": PRICE},
         max_batch_chars=1000,
-        **settings,  # type: ignore[arg-type]
+        **settings,
     )
     return _Submission("2026-10-stest", ledger, configured, logging.getLogger("test"))
 

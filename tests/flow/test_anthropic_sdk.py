@@ -5,11 +5,13 @@ speaks the real Messages API, so the adapter tested against it speaks it too."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
 import pytest
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from anthropic.types.messages.batch_create_params import Request
 
 from postledger.upstreams.anthropic_protocol import TOOL_NAME, messages_body
 from simulator.model import analyse
@@ -23,9 +25,10 @@ def client(url: str, key: str = SECRET) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
 
 
-def our_request() -> dict[str, Any]:
+def our_request() -> MessageCreateParamsNonStreaming:
     """The request postledger's adapter sends, given to the SDK as its arguments."""
-    return messages_body("sim-analyst-1", "Analyse each post.", POSTS, max_tokens=1024)
+    body = messages_body("sim-analyst-1", "Analyse each post.", POSTS, max_tokens=1024)
+    return cast("MessageCreateParamsNonStreaming", body)
 
 
 def test_the_adapters_request_through_the_official_client_is_answered_by_its_tool() -> None:
@@ -56,7 +59,8 @@ def test_faults_reach_the_official_client_as_anthropics_errors(
     with simulator_process(latency=0.05, faults=faults) as url:
         with pytest.raises(error) as raised:
             client(url).messages.create(**our_request())
-        assert raised.value.body["error"]["type"] == kind  # type: ignore[index]
+        body = cast("dict[str, Any]", raised.value.body)  # the error's JSON, typed `object`
+        assert body["error"]["type"] == kind
         assert raised.value.response.headers.get("request-id")
         if error is anthropic.RateLimitError:
             assert raised.value.response.headers["retry-after"] == "3"
@@ -67,10 +71,16 @@ def test_a_wrong_key_and_malformed_requests_are_refused_as_anthropic_refuses_the
     with simulator_process(latency=0.05, api_key=SECRET) as url:
         with pytest.raises(anthropic.AuthenticationError):
             client(url, "sk-ant-wrong").messages.create(**our_request())
-        system_role = {**our_request(), "messages": [{"role": "system", "content": "x"}]}
+        system_role: MessageCreateParamsNonStreaming = {
+            **our_request(),
+            "messages": [{"role": "system", "content": "x"}],
+        }
         with pytest.raises(anthropic.BadRequestError, match="top-level `system`"):
             client(url).messages.create(**system_role)
-        unknown_tool = {**our_request(), "tool_choice": {"type": "tool", "name": "nope"}}
+        unknown_tool: MessageCreateParamsNonStreaming = {
+            **our_request(),
+            "tool_choice": {"type": "tool", "name": "nope"},
+        }
         with pytest.raises(anthropic.BadRequestError, match="not found in tools"):
             client(url).messages.create(**unknown_tool)
         with pytest.raises(anthropic.BadRequestError, match="Extra inputs"):
@@ -108,7 +118,7 @@ def test_a_message_batch_of_the_adapters_request_goes_through_the_official_clien
         assert block.input == {"results": [analyse(i, text) for i, text in POSTS]}
         assert [c["post_ids"] for c in Sim(url).charges()] == [["a", "b"]]
 
-        twice = [{"custom_id": "same", "params": our_request()}] * 2
+        twice: list[Request] = [{"custom_id": "same", "params": our_request()}] * 2
         with pytest.raises(anthropic.BadRequestError, match="custom_id"):
             batches.create(requests=twice)
         with pytest.raises(anthropic.BadRequestError, match="custom_id"):

@@ -43,6 +43,7 @@ def test_every_batch_is_one_task_run_named_by_its_id_whose_state_says_what_happe
     # 4 planned, 2 halves of the unusable one, 1 for the retried post.
     assert len(batches) == 7
     assert len(faulty.charges()) == 7
+    assert state.state_details.flow_run_id is not None  # a flow's state always names its run
     runs = task_runs_of(
         state.state_details.flow_run_id,
         lambda runs: (

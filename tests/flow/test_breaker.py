@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import pytest
@@ -35,6 +35,9 @@ from tests.helpers import (
 )
 from tests.helpers import posts_file as write_posts
 from tests.prefect_server import PrefectServer
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import Artifact as ArtifactRecord
 
 L = BreakerLevel
 # Two failures in a row, a person's continue, one success in probe.
@@ -170,6 +173,7 @@ def test_one_final_transport_failure_sends_one_at_a_time_until_a_success(
     # At least the probe was sent in between (and possibly a batch already marked `running`
     # before the trip, whose create reached the upstream just after it).
     assert sum(tripped <= datetime.fromisoformat(c["at"]) < closed for c in charges) >= 1
+    assert state.state_details.flow_run_id is not None  # a flow's state always names its run
     assert_back_to_two(state.state_details.flow_run_id, closed, charges)
 
 
@@ -215,7 +219,8 @@ def test_second_failure_opens_pauses_and_continue_probes_first(
     assert "No answer within 24 h counts as stop" in question.question
     from prefect.artifacts import Artifact
 
-    progress = Artifact.get(f"postledger-{MONTH}-progress")
+    # Typed as maybe a coroutine (as from async code); called from sync code: the artifact.
+    progress = cast("ArtifactRecord | None", Artifact.get(f"postledger-{MONTH}-progress"))
     assert progress is not None and progress.description is not None
     assert "Paused, waiting for a person: the circuit breaker is open" in progress.description
     assert "a continue sends next a batch of about " in progress.description

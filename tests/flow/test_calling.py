@@ -74,6 +74,7 @@ def test_a_paused_run_reaches_a_person_through_the_named_block(
     assert f"notifies through {BLOCK} (updated)" in said[-1]
     with get_client(sync_client=True) as client:
         (automation,) = client.read_automations_by_name(AUTOMATION_NAME)
+    # Any of Prefect's trigger kinds, as typed; ours is an event trigger, which has `expect`.
     assert automation.trigger.expect == {PAUSED_EVENT}  # type: ignore[union-attr]
 
     # An open breaker: the run pauses at once, asks, and nobody answers within 3 s.

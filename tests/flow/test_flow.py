@@ -181,6 +181,7 @@ def test_a_bad_month_fails_the_run_with_the_message_the_cli_gives(
     state = monthly_posts(month="2026-13", return_state=True)
     assert state.is_failed(), state
     assert str(given.value) in (state.message or ""), state.message
+    assert state.state_details.flow_run_id is not None  # a flow's state always names its run
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(state.state_details.flow_run_id)
     assert run.name == "posts of a bad month '2026-13'"

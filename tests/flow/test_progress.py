@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -34,6 +34,9 @@ from tests.helpers import (
 )
 from tests.helpers import posts_file as write_posts
 
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import Artifact as ArtifactRecord
+
 pytestmark = pytest.mark.usefixtures("fast_retries")
 FAST_TIMINGS = {"poll_wait": "0.5", "approval_poll": "0.3"}
 SIMULATOR = {"latency": 0.1, "seed": 3}  # the `faulty` fixture's
@@ -51,7 +54,8 @@ def posts_file(tmp_path: Path, n: int) -> Path:
 def artifact(key: str) -> Any:
     from prefect.artifacts import Artifact
 
-    found = Artifact.get(key)
+    # Typed as maybe a coroutine (as from async code); called from sync code: the artifact.
+    found = cast("ArtifactRecord | None", Artifact.get(key))
     assert found is not None, key
     return found.data
 
@@ -90,7 +94,7 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     rows = spend_summary(ledger.spend(MONTH))
     assert ledger.spend_totals(MONTH) == rows
     assert rows["confirmed"] > 0 and rows["wasted"] > 0  # the faults wasted some
-    progress = Artifact.get(f"postledger-{MONTH}-progress")
+    progress = cast("ArtifactRecord | None", Artifact.get(f"postledger-{MONTH}-progress"))
     assert progress is not None and progress.description is not None
     assert spend_words(ledger.spend_totals(MONTH), simulated=False) in progress.description
 
@@ -125,9 +129,9 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     status = json.loads(shown.stdout)
     assert status["completed"] == completed
     assert {f["kind"]: f["count"] for f in status["failures"]} == failed_by_kind
-    rows = [json.loads(line) for line in (tmp_path / "report" / f"posts-{MONTH}.jsonl").open()]
-    assert [r["id"] for r in rows] == [p.post_id for p in posts]
-    assert sum(r["status"] == "completed" and r["category"] is not None for r in rows) == completed
+    lines = [json.loads(line) for line in (tmp_path / "report" / f"posts-{MONTH}.jsonl").open()]
+    assert [r["id"] for r in lines] == [p.post_id for p in posts]
+    assert sum(r["status"] == "completed" and r["category"] is not None for r in lines) == completed
     header = (tmp_path / "report" / f"posts-{MONTH}.csv").read_text().splitlines()[0]
     assert header.startswith("id,status,category,sentiment,summary,failure_kind")
 
@@ -164,7 +168,7 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
     with contextlib.ExitStack() as stack:
         working = next(stack.enter_context(contextlib.closing(start_sim(monkeypatch, latency=0.5))))
         idle = next(stack.enter_context(contextlib.closing(start_sim(monkeypatch, latency=0.5))))
-        env = child_env(POSTLEDGER_UPSTREAM_URL=working.url, **on_worker_server(request))
+        env = child_env(None, POSTLEDGER_UPSTREAM_URL=working.url, **on_worker_server(request))
         posts = str(posts_file(tmp_path, 100))
         command = [sys.executable, "-m", "cli", "run", "--month", MONTH, "--posts", posts]
         run = stack.enter_context(
@@ -176,7 +180,7 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
             deadline = time.monotonic() + 240  # the run starts: imports, its server
             while not working.charges() and time.monotonic() < deadline:
                 time.sleep(0.2)
-            seen = []
+            seen: list[int] = []
             while run.poll() is None and len(seen) < 2:
                 shown = postledger(
                     "status", "--month", MONTH, "--json", POSTLEDGER_UPSTREAM_URL=idle.url

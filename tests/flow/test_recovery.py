@@ -103,7 +103,8 @@ def test_without_idempotency_a_resubmission_waits_for_a_yes_and_only_then_pays_t
     no_keys = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": "false", **on_worker_server(request)}
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **no_keys)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
-    shown = postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **no_keys)
+    # Environment variables: never postledger()'s own keyword arguments.
+    shown = postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **no_keys)  # type: ignore[arg-type]
     plan = json.loads(shown.stdout)
     resubmit = plan["groups"]["resubmit"]["batches"]
     assert resubmit and plan["possible_double_charge_input_tokens"] > 0
@@ -218,7 +219,8 @@ def test_a_message_batch_made_but_never_written_down_is_sent_again_only_after_a_
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stdout + crashed.stderr
     made = kind_sim.charges()  # one Message Batch: a request (and a charge) per ledger batch
     custom_ids = sorted(c["idempotency_key"] for c in made)
-    plan = json.loads(postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **server).stdout)
+    # Environment variables: never postledger()'s own keyword arguments.
+    plan = json.loads(postledger("plan", "--month", MONTH, "--json", cwd=tmp_path, **server).stdout)  # type: ignore[arg-type]
     assert plan["groups"]["resubmit"]["batches"] == custom_ids
     assert plan["possible_double_charge_cost"] > 0
 

@@ -39,7 +39,10 @@ def ask_and_pause(ledger_url: str, question: str, *, pause_after: float = 0.0) -
     )
     ledger.close()
     time.sleep(pause_after)
-    reply = pause_flow_run(wait_for_input=BreakerAnswer, timeout=60, poll_interval=0.5)
+    # poll_interval is typed int but only ever slept on: a float works (as in flows/approval.py).
+    reply = pause_flow_run(  # type: ignore[call-overload]
+        wait_for_input=BreakerAnswer, timeout=60, poll_interval=0.5
+    )
     return str(reply.decision)
 
 
