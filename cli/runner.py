@@ -164,7 +164,8 @@ class _ProgressLines:
         if ended < self._ended_then + self._step and now - self._last < self.EVERY:
             return
         self._last, self._ended_then = now, ended
-        elapsed = f"{int(now - self._started) // 60}m{int(now - self._started) % 60:02d}s"
+        minutes, seconds = divmod(int(now - self._started), 60)
+        elapsed = f"{minutes}m{seconds:02d}s"
         if report is None:
             line = f"{self._month}: starting Prefect and recording the posts… {elapsed}"
         else:

@@ -59,7 +59,8 @@ class Charge:
     input_tokens: int
     output_tokens: int
     at: str  # ISO 8601 UTC
-    done_at: str  # when the task ends upstream: [at, done_at) is the time it is in flight
+    # When the task ends upstream: [at, done_at) is the time it is in flight; "" while held.
+    done_at: str
 
 
 async def until_done(task: SimTask) -> None:

@@ -215,12 +215,11 @@ STAGED_MOVES = Table(
 
 
 def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> Table:
-    """`rows` (keys pid, why, into) in `STAGED_MOVES`, numbered 0, 1, 2, … in their order, in
-    the open transaction: by COPY on PostgreSQL, one executemany elsewhere."""
+    """`rows` (keys n, the row's place in the move, then pid, why, into) in `STAGED_MOVES`, in
+    the open transaction: by COPY on PostgreSQL, an executemany a chunk at a time elsewhere."""
     STAGED_MOVES.create(connection, checkfirst=True)
     connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
-    numbered = [{"n": n, **row} for n, row in enumerate(rows)]
-    for chunk in chunks(numbered):
+    for chunk in chunks(rows):
         insert_many(connection, STAGED_MOVES, chunk)
     return STAGED_MOVES
 

@@ -171,7 +171,11 @@ class Transitions:
         into_batches = changes[0].batch_id is not None
         if any((change.batch_id is not None) != into_batches for change in changes):
             raise ValueError("either every change of a bulk move names a batch, or none")
-        rows = [{"pid": c.post_id, "why": c.why, "into": c.batch_id} for c in changes]
+        # Numbered for the staged path's events; the bound path binds only pid, why and into.
+        rows = [
+            {"n": n, "pid": c.post_id, "why": c.why, "into": c.batch_id}
+            for n, c in enumerate(changes)
+        ]
         connection = self._session.connection()
         # Each row's values: from a table the rows were staged in, joined by one UPDATE and
         # logged by one INSERT … SELECT (a month's plan), or bound per row of an executemany

@@ -159,19 +159,20 @@ def _trigger(deployed: Deployed, month: str, posts_path: str) -> str:
     return str(run.json()["id"])
 
 
+def _runs(deployed: Deployed, run_ids: list[str]) -> list[Any]:
+    return [
+        httpx.get(f"{deployed.server.api_url}/flow_runs/{run_id}", timeout=30).json()
+        for run_id in run_ids
+    ]
+
+
 def _wait_final(deployed: Deployed, run_ids: list[str], timeout: float = 240) -> list[Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = [
-            httpx.get(f"{deployed.server.api_url}/flow_runs/{run_id}", timeout=30).json()
-            for run_id in run_ids
-        ]
-        if all(run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED") for run in runs):
-            return runs
-        if time.monotonic() > deadline:
-            logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in deployed.worker_logs)
-            raise AssertionError(f"runs not final: {[r['state'] for r in runs]}\n{logs}")
-        time.sleep(1)
+    def final() -> bool:
+        states = [run["state"]["type"] for run in _runs(deployed, run_ids)]
+        return all(state in ("COMPLETED", "FAILED", "CRASHED") for state in states)
+
+    _wait_until(final, deployed, timeout)
+    return _runs(deployed, run_ids)
 
 
 def _completed_and_charged_once(deployed: Deployed, month: str, count: int) -> None:
@@ -240,19 +241,16 @@ def _in_flight(deployed: Deployed) -> int:
 
 
 def _both_running(deployed: Deployed, run_ids: list[str]) -> bool:
-    states = [
-        httpx.get(f"{deployed.server.api_url}/flow_runs/{run_id}", timeout=30).json()["state"]
-        for run_id in run_ids
-    ]
-    return all(state["type"] == "RUNNING" for state in states)
+    return all(run["state"]["type"] == "RUNNING" for run in _runs(deployed, run_ids))
 
 
 def _wait_until(ready: Callable[[], bool], deployed: Deployed, timeout: float = 180) -> None:
+    """Until `ready()`; past `timeout`, fail with the tail of each worker's log."""
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
             logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in deployed.worker_logs)
-            raise AssertionError(f"not ready within {timeout} s\n{logs}")
+            raise AssertionError(f"{ready.__name__}: not within {timeout} s\n{logs}")
         time.sleep(0.5)
 
 
