@@ -26,6 +26,7 @@ from postledger.guards.approvals import Approvals
 from postledger.guards.breaker_state import apply_signal, check_may_start
 from postledger.guards.charges import book_gateway_retries, book_send
 from postledger.guards.spend import Price, unpriced_budget
+from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine
 from postledger.record.decisions import carry_out
 from postledger.record.migrate import check_current, current_revision
@@ -98,13 +99,13 @@ class Ledger(LedgerReads):
     ) -> SyncReport:
         """Make the ledger know every post of the file: new ones `pending`, unchanged ones as
         they were, changed ones (text, model or prompt, R25) back to `pending`."""
-        with self._write(month) as (session, moves):
+        with collector_paused(), self._write(month) as (session, moves):
             return sync_posts(session, moves, month, posts, model=model, prompt=prompt)
 
     def replan_unsent(self, month: str) -> int:
         """Dissolve batches planned by an earlier run but never sent: they cost nothing, and
         their posts are planned again under the current limits. Returns the posts freed."""
-        with self._write(month) as (session, moves):
+        with collector_paused(), self._write(month) as (session, moves):
             return planning.replan_unsent(session, moves, month)
 
     def plan(
@@ -112,7 +113,7 @@ class Ledger(LedgerReads):
     ) -> PlanReport:
         """Put every `pending` post into a new batch (R7); posts too long to send end `failed`,
         and so do posts with no paid attempt left under `max_attempts` (R15)."""
-        with self._write(month) as (session, moves):
+        with collector_paused(), self._write(month) as (session, moves):
             return planning.plan_pending(
                 session,
                 moves,

@@ -19,13 +19,7 @@ from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from postledger.batches.posts import (
-    Post,
-    changed_parts,
-    fingerprint_of,
-    input_parts,
-    legacy_fingerprint,
-)
+from postledger.batches.posts import InputDigest, Post, changed_parts, legacy_fingerprint
 from postledger.record.db import CHUNK, chunks, insert_many
 from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
 from postledger.record.states import Transitions
@@ -68,9 +62,9 @@ def sync_posts(
     changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
     unchanged = 0
     now = utcnow()
+    digest = InputDigest(model, prompt)
     for position, post in enumerate(posts):
-        parts = input_parts(post.text, model, prompt)
-        print_ = fingerprint_of(parts)
+        parts, print_ = digest.of(post.text)
         if (row := known.get(post.id)) is None:
             new.append(_new_row(month, post, position, print_, parts, now))
             moves.created(EntityKind.POST, post.id, PostStatus.PENDING, "read from input")

@@ -233,20 +233,21 @@ def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str,
 
     keys = list(rows[0])
     dialect = connection.dialect
-    process = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
+    columns = [
+        _processed(
+            [row[key] for row in rows],
+            table.c[key].type.dialect_impl(dialect).bind_processor(dialect),
+        )
+        for key in keys
+    ]
     command = sql.SQL("COPY {} ({}) FROM STDIN").format(
         sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, keys))
     )
     driver = connection.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor, cursor.copy(command) as copy:
-        for row in rows:
-            copy.write_row(
-                [
-                    row[key] if convert is None else convert(row[key])
-                    for key, convert in zip(keys, process, strict=True)
-                ]
-            )
+        for values in zip(*columns, strict=True):
+            copy.write_row(values)
 
 
 def execute_many(
@@ -297,6 +298,23 @@ def _bound_column(
     if name not in rows[0]:  # bound by the statement itself, the same for every row
         value = constants[name]
         return [value if processor is None else processor(value)] * len(rows)
+    return _processed([row[name] for row in rows], processor)
+
+
+def _processed(values: list[Any], processor: Callable[[Any], Any] | None) -> list[Any]:
+    """`values` as the driver takes them. A value that is the same object as the one before
+    it is processed once: a bulk write's rows share their None and their timestamp, and each
+    of those was a serialization of its own (a JSON null, a UTC datetime) per row."""
     if processor is None:
-        return [row[name] for row in rows]
-    return [processor(row[name]) for row in rows]
+        return values
+    out: list[Any] = []
+    last: Any = _NOTHING
+    done: Any = None
+    for value in values:
+        if value is not last:
+            last, done = value, processor(value)
+        out.append(done)
+    return out
+
+
+_NOTHING = object()

@@ -9,6 +9,9 @@ record of the post).
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +26,8 @@ QUICK = settings(
 )
 
 TEXT, MODEL, PROMPT = "The app crashes when I upload a photo.", "sim-analyst-1", "Analyse it."
+# Its fingerprint, as the version before the month's part was serialized once made it.
+KNOWN = "c6e2556af4b7823f43b17bc88bb2ce7ffd94fb7d99a5600d6778b2b588f03eec"
 
 
 def test_the_same_input_gives_the_same_fingerprint() -> None:
@@ -116,3 +121,18 @@ def test_two_inputs_share_a_fingerprint_exactly_when_they_are_the_same(
             n for n, a, b in zip(("text", "model", "prompt"), first, second, strict=True) if a != b
         ]
         assert named == differing
+
+
+@QUICK
+@given(inputs)
+def test_a_fingerprint_is_the_digest_every_ledger_has_stored(parts: tuple[str, str, str]) -> None:
+    # The SHA-256 of the parts as JSON with sorted keys: a ledger written by any earlier
+    # version keeps its unchanged posts' results (the month's part is serialized once now).
+    stored = json.dumps(input_parts(*parts), sort_keys=True)
+    assert fingerprint(*parts) == hashlib.sha256(stored.encode("utf-8")).hexdigest()
+
+
+def test_a_known_input_keeps_its_known_fingerprint() -> None:
+    # Written down once: a change of how fingerprints are made breaks every ledger's reuse.
+    assert input_parts(TEXT, MODEL, PROMPT)["schema"] == SCHEMA_VERSION == "1"
+    assert fingerprint(TEXT, MODEL, PROMPT) == KNOWN
