@@ -114,3 +114,31 @@ def test_the_head_postledger_knows_is_alembics_head() -> None:
     from alembic.script import ScriptDirectory
 
     assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_an_older_ledgers_events_are_kept_in_order_under_their_new_key(
+    any_ledger_url: str,
+) -> None:
+    from postledger.record.db import make_engine
+    from postledger.record.migrate import upgrade
+
+    engine = make_engine(any_ledger_url)
+    upgrade(engine, "0008")  # events with a surrogate id, their (month, seq) unique
+    with engine.begin() as connection:
+        for seq, (post_id, status) in enumerate([("p1", "pending"), ("p1", "queued")], 1):
+            connection.execute(
+                text(
+                    "INSERT INTO events (month, seq, entity, entity_id, to_status, why, at) "
+                    "VALUES ('2026-10', :seq, 'POST', :id, :status, 'then', :at)"
+                ),
+                {"seq": seq, "id": post_id, "status": status, "at": "2026-10-02 10:00:00+00"},
+            )
+    engine.dispose()
+    ledger = Ledger(any_ledger_url)  # upgrades to the head
+    ledger.sync_posts("2026-10", [Post("p2", "new post", 1)], model="m", prompt="p")
+    events = [(e.seq, e.entity_id, e.to_status) for e in ledger.events("2026-10")]
+    assert events == [(1, "p1", "pending"), (2, "p1", "queued"), (3, "p2", "pending")]
+    with ledger.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
+    assert differences == []
+    ledger.close()

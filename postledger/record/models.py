@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, Text
 from sqlalchemy.types import DateTime, TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -181,18 +181,15 @@ class EventRecord(SQLModel, table=True):
     """Append-only history: every status change, with from, to, why and when.
 
     `seq` numbers a month's events 1, 2, 3, … with no gap: it is computed as max + 1 under the
-    month's write lock, so two writers that were not serialized would collide on the unique key.
+    month's write lock, so two writers that were not serialized would collide on the key.
     """
 
     __tablename__ = "events"
-    __table_args__ = (
-        UniqueConstraint("month", "seq", name="uq_events_month_seq"),
-        Index("ix_events_entity", "entity", "entity_id"),
-    )
 
-    id: int | None = Field(default=None, primary_key=True)
-    month: str = Field(max_length=7)
-    seq: int
+    # A month's history is read in seq order, and nothing else asks for an event (migration
+    # 0009): the key is the only index an event keeps up to date.
+    month: str = Field(primary_key=True, max_length=7)
+    seq: int = Field(primary_key=True)
     entity: EntityKind
     entity_id: str
     from_status: str | None = None
