@@ -77,7 +77,6 @@ def main() -> int:
             f"whole run {whole:5.2f} s, batches {span:5.2f} s ({whole / span:.2f}x)",
             flush=True,
         )
-    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
