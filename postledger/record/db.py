@@ -37,6 +37,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from postledger.record import models  # noqa: F401  (registers the tables)
+from postledger.record.copy_text import converted, copy_lines
 
 # How long a write waits for another writer before it fails (and the run stops, R20).
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -228,7 +229,8 @@ def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str,
     """COPY `rows` into `table`, in the connection's open transaction. An executemany of
     INSERTs runs the statement once per row on the server (a month's sync: 100 000 posts and
     100 000 events); COPY streams them in one command. Each value goes through its column's
-    bind processor first, so it arrives as an INSERT would send it (enum names, JSON)."""
+    bind processor first, so it arrives as an INSERT would send it (enum names, JSON), then is
+    written as COPY's text (`copy_text`)."""
     from psycopg import sql
 
     keys = list(rows[0])
@@ -246,8 +248,7 @@ def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str,
     driver = connection.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor, cursor.copy(command) as copy:
-        for values in zip(*columns, strict=True):
-            copy.write_row(values)
+        copy.write(copy_lines(columns))
 
 
 def execute_many(
@@ -302,19 +303,5 @@ def _bound_column(
 
 
 def _processed(values: list[Any], processor: Callable[[Any], Any] | None) -> list[Any]:
-    """`values` as the driver takes them. A value that is the same object as the one before
-    it is processed once: a bulk write's rows share their None and their timestamp, and each
-    of those was a serialization of its own (a JSON null, a UTC datetime) per row."""
-    if processor is None:
-        return values
-    out: list[Any] = []
-    last: Any = _NOTHING
-    done: Any = None
-    for value in values:
-        if value is not last:
-            last, done = value, processor(value)
-        out.append(done)
-    return out
-
-
-_NOTHING = object()
+    """`values` as the driver takes them."""
+    return values if processor is None else converted(values, processor)
