@@ -39,7 +39,10 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 import atexit  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
 import shutil  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -95,6 +98,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         helpers.drop_own_databases()
     else:  # last of all, once the workers are gone
         helpers.end_run()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With POSTLEDGER_TEST_TIMELINE=FILE, a line per test: when it ran on which worker, and the
+    CPU it and the processes it waited for used (to see where a CI run's time goes)."""
+    timeline = os.environ.get("POSTLEDGER_TEST_TIMELINE")
+    if not timeline:
+        yield
+        return
+    started, before = time.time(), _cpu_seconds()
+    yield
+    line = {
+        "test": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "ledger": "postgresql" if LEDGER_ON_POSTGRES else "sqlite",
+        "start": round(started, 2),
+        "end": round(time.time(), 2),
+        "cpu": round(_cpu_seconds() - before, 2),
+    }
+    with open(timeline, "a") as file:
+        file.write(json.dumps(line) + "\n")
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
