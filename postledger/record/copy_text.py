@@ -18,17 +18,31 @@ from typing import Any
 NULL = "\\N"
 
 
-def copy_lines(columns: Sequence[Sequence[Any]]) -> str:
-    """The rows whose values `columns` holds (column by column, as the driver would take them),
-    as COPY text: one line per row."""
-    fields = [converted(values, copy_field) for values in columns]
+def copy_lines(
+    columns: Sequence[Sequence[Any]],
+    processors: Sequence[Callable[[Any], Any] | None] | None = None,
+) -> str:
+    """The rows whose values `columns` holds, column by column, as COPY text: one line per row.
+    `processors`: a column's bind processor (or None), applied to each value first, in the
+    same pass, so that the value arrives as an INSERT would send it (enum names, JSON)."""
+    fields = [
+        converted(values, _spelled(processor))
+        for values, processor in zip(columns, processors or [None] * len(columns), strict=True)
+    ]
     return "".join(["\t".join(row) + "\n" for row in zip(*fields, strict=True)])
+
+
+def _spelled(processor: Callable[[Any], Any] | None) -> Callable[[Any], str]:
+    if processor is None:
+        return copy_field
+    return lambda value: copy_field(processor(value))
 
 
 def converted(values: Sequence[Any], convert: Callable[[Any], Any]) -> list[Any]:
     """`convert` of each value; a value that is the same object as the one before it is
     converted once (a bulk write's rows share their None and their timestamp, and each was a
-    serialization of its own per row: a JSON null, a UTC datetime, a COPY field)."""
+    serialization of its own per row: a JSON null, a UTC datetime, a COPY field). Also what
+    `db.execute_many` binds with."""
     out: list[Any] = []
     last: Any = _NOTHING
     done: Any = None

@@ -229,26 +229,21 @@ def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str,
     """COPY `rows` into `table`, in the connection's open transaction. An executemany of
     INSERTs runs the statement once per row on the server (a month's sync: 100 000 posts and
     100 000 events); COPY streams them in one command. Each value goes through its column's
-    bind processor first, so it arrives as an INSERT would send it (enum names, JSON), then is
-    written as COPY's text (`copy_text`)."""
+    bind processor first, so it arrives as an INSERT would send it (enum names, JSON), and is
+    written as COPY's text in the same pass (`copy_text`)."""
     from psycopg import sql
 
     keys = list(rows[0])
     dialect = connection.dialect
-    columns = [
-        _processed(
-            [row[key] for row in rows],
-            table.c[key].type.dialect_impl(dialect).bind_processor(dialect),
-        )
-        for key in keys
-    ]
+    columns = [[row[key] for row in rows] for key in keys]
+    processors = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
     command = sql.SQL("COPY {} ({}) FROM STDIN").format(
         sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, keys))
     )
     driver = connection.connection.driver_connection
     assert driver is not None
     with driver.cursor() as cursor, cursor.copy(command) as copy:
-        copy.write(copy_lines(columns))
+        copy.write(copy_lines(columns, processors))
 
 
 def execute_many(
