@@ -142,3 +142,28 @@ def test_an_older_ledgers_events_are_kept_in_order_under_their_new_key(
         differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
     assert differences == []
     ledger.close()
+
+
+def test_an_older_ledgers_batch_index_keeps_only_posts_in_a_batch(any_ledger_url: str) -> None:
+    from sqlalchemy import inspect
+
+    from postledger.record.db import make_engine
+    from postledger.record.migrate import upgrade
+
+    def batch_index_condition() -> str | None:
+        with engine.connect() as connection:
+            (index,) = [
+                i
+                for i in inspect(connection).get_indexes("posts")
+                if i["name"] == "ix_posts_batch_status_position"
+            ]
+        options = index.get("dialect_options", {})
+        where = options.get("sqlite_where", options.get("postgresql_where"))
+        return None if where is None else str(where)
+
+    engine = make_engine(any_ledger_url)
+    upgrade(engine, "0009")  # every post in the index, in a batch or not
+    assert batch_index_condition() is None
+    Ledger(any_ledger_url).close()  # upgrades to the head
+    assert (batch_index_condition() or "").strip("()") == "batch_id IS NOT NULL"
+    engine.dispose()
