@@ -9,11 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import IntegrityError
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
-from postledger.record.models import PostStatus
+from postledger.record.db import CHUNK, rows_into
+from postledger.record.models import EntityKind, EventRecord, PostStatus, utcnow
 from tests.helpers import WRITES, settle_next_batch, sqlite_ledger_only, statements
 
 MONTH = "2026-10"
@@ -41,6 +44,56 @@ def test_a_sync_of_an_unchanged_month_writes_nothing(any_ledger_url: str) -> Non
     writes = [(sql, parameters) for sql, parameters in seen if WRITES.match(sql)]
     assert len(writes) == 1 and writes[0][0].lstrip().upper().startswith("UPDATE POSTS")
     assert len(writes[0][1]) == 2  # two rows of one executemany
+    ledger.close()
+
+
+def test_a_month_of_several_chunks_is_synced_whole_its_events_in_file_order(
+    any_ledger_url: str,
+) -> None:
+    """New posts go in a chunk at a time as the file is read (on PostgreSQL by one COPY left
+    open), and their events after them: every post, every event, numbered in file order after
+    the events already logged."""
+    ledger = Ledger(any_ledger_url)
+    first = month_of_posts(CHUNK + 10)
+    ledger.sync_posts(MONTH, first[:10], model="m", prompt="p")
+    report = ledger.sync_posts(MONTH, first + [Post("last", "the end", 1)], model="m", prompt="p")
+    assert (report.new, report.unchanged) == (CHUNK + 1, 10)
+    posts = ledger.posts(MONTH)
+    assert [p.post_id for p in posts] == [p.id for p in first] + ["last"]
+    assert {p.status for p in posts} == {PostStatus.PENDING}
+    events = ledger.events(MONTH)
+    assert [e.seq for e in events] == list(range(1, CHUNK + 12))
+    assert [e.entity_id for e in events] == [p.id for p in first] + ["last"]
+    assert {(e.from_status, e.to_status) for e in events} == {(None, "pending")}
+    ledger.close()
+
+
+def test_rows_streamed_into_a_table_are_all_or_nothing(any_ledger_url: str) -> None:
+    """A stream of chunks is one statement's worth: a bad row in its last chunk leaves none of
+    the chunks before it, and fails as any ledger write does."""
+    ledger = Ledger(any_ledger_url)
+    events = EventRecord.__table__  # type: ignore[attr-defined]
+
+    def event_row(seq: int) -> dict[str, Any]:
+        return {
+            "month": MONTH,
+            "seq": seq,
+            "entity": EntityKind.POST,
+            "entity_id": f"p{seq}",
+            "from_status": None,
+            "to_status": "pending",
+            "why": "test",
+            "at": utcnow(),
+        }
+
+    with (
+        pytest.raises(IntegrityError),
+        ledger.engine.begin() as connection,
+        rows_into(connection, events) as insert_rows,
+    ):
+        insert_rows([event_row(seq) for seq in range(1, CHUNK + 1)])
+        insert_rows([event_row(CHUNK + 1), event_row(1)])  # seq 1 again
+    assert ledger.events(MONTH) == []
     ledger.close()
 
 

@@ -3,10 +3,11 @@
 
 A month is tens to hundreds of thousands of posts, and most runs find them all unchanged, so
 this is done in bulk: the known posts are read as plain rows (five columns, no ORM objects),
-new posts are inserted in chunks of one statement each, and only the rare changed post is
-loaded as a record to be moved through the state machine. A sync of an unchanged month writes
-nothing at all. A post whose own fields alone changed (its author, its source) keeps its work:
-only the fields are written, as the report shows them, never the fingerprint.
+new posts are inserted a chunk at a time as the file is read (on PostgreSQL by one COPY), and
+only the rare changed post is loaded as a record to be moved through the state machine. A
+sync of an unchanged month writes nothing at all. A post whose own fields alone changed (its
+author, its source) keeps its work: only the fields are written, as the report shows them,
+never the fingerprint.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from postledger.batches.posts import InputDigest, Post, changed_parts, legacy_fingerprint
-from postledger.record.db import CHUNK, chunks, insert_many
+from postledger.record.db import CHUNK, chunks, rows_into
 from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
 from postledger.record.states import Transitions
 
@@ -54,7 +55,7 @@ def sync_posts(
         )
     }
     new: list[dict[str, Any]] = []  # inserted a chunk at a time: memory bounded by a chunk
-    inserted = 0
+    new_ids: list[str] = []
     moved: list[dict[str, Any]] = []  # unchanged posts whose line in the file moved
     upgraded: list[dict[str, Any]] = []  # same work under the old digest: the new one kept
     # Unchanged work whose own fields changed, or were never kept (synced before 0005).
@@ -63,26 +64,31 @@ def sync_posts(
     unchanged = 0
     now = utcnow()
     digest = InputDigest(model, prompt)
-    for position, post in enumerate(posts):
-        parts, print_ = digest.of(post.text)
-        if (row := known.get(post.id)) is None:
-            new.append(_new_row(month, post, position, print_, parts, now))
-            moves.created(EntityKind.POST, post.id, PostStatus.PENDING, "read from input")
-            if len(new) == CHUNK:
-                inserted += _insert(session, moves, new)
-            continue
-        known_position, known_print, no_inputs, known_fields = row
-        if no_inputs and known_print == legacy_fingerprint(post.text, model, prompt):
-            upgraded.append({"pid": post.id, "fingerprint": print_, "inputs": parts})
-        elif known_print != print_:
-            changed[post.id] = (position, post, parts, print_)
-            continue
-        unchanged += 1
-        if known_position != position:
-            moved.append({"pid": post.id, "position": position})
-        if known_fields != post.fields:
-            refreshed.append({"pid": post.id, "fields": post.fields or None})
-    inserted += _insert(session, moves, new)
+    # Nothing else is written until the new posts are: on PostgreSQL their COPY stays open
+    # while the file is read.
+    with rows_into(session.connection(), table) as insert_posts:
+        for position, post in enumerate(posts):
+            parts, print_ = digest.of(post.text)
+            if (row := known.get(post.id)) is None:
+                new.append(_new_row(month, post, position, print_, parts, now))
+                new_ids.append(post.id)
+                if len(new) == CHUNK:
+                    insert_posts(new)
+                    new = []
+                continue
+            known_position, known_print, no_inputs, known_fields = row
+            if no_inputs and known_print == legacy_fingerprint(post.text, model, prompt):
+                upgraded.append({"pid": post.id, "fingerprint": print_, "inputs": parts})
+            elif known_print != print_:
+                changed[post.id] = (position, post, parts, print_)
+                continue
+            unchanged += 1
+            if known_position != position:
+                moved.append({"pid": post.id, "position": position})
+            if known_fields != post.fields:
+                refreshed.append({"pid": post.id, "fields": post.fields or None})
+        insert_posts(new)
+    moves.created_all(EntityKind.POST, new_ids, PostStatus.PENDING, "read from input")
     where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
     for chunk in chunks(moved):
         session.connection().execute(update(table).where(where), chunk)
@@ -91,16 +97,7 @@ def sync_posts(
     for chunk in chunks(refreshed):
         session.connection().execute(update(table).where(where), chunk)
     _start_over(session, moves, month, changed)
-    return SyncReport(new=inserted, unchanged=unchanged, changed=len(changed))
-
-
-def _insert(session: Session, moves: Transitions, rows: list[dict[str, Any]]) -> int:
-    """The new posts gathered so far, and their events; `rows` is emptied. Returns how many."""
-    count = len(rows)
-    insert_many(session.connection(), PostRecord.__table__, rows)  # type: ignore[attr-defined]
-    moves.write_events()
-    rows.clear()
-    return count
+    return SyncReport(new=len(new_ids), unchanged=unchanged, changed=len(changed))
 
 
 def _new_row(

@@ -14,7 +14,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -193,6 +193,68 @@ def insert_many(connection: Connection, table: Table, rows: Sequence[Mapping[str
         execute_many(connection, insert(table), rows, keys=list(rows[0]))
 
 
+@contextmanager
+def rows_into(
+    connection: Connection, table: Table
+) -> Iterator[Callable[[Sequence[Mapping[str, Any]]], None]]:
+    """A function that inserts rows (dicts with the same keys) into `table`, a chunk per call,
+    all of them by one statement stream: on PostgreSQL one COPY, open until this ends, fed by a
+    thread of psycopg's, so that the server inserts a chunk while the caller builds the next
+    (a COPY per chunk waited for the server at the end of each: a month's sync spent as long
+    waiting as building). Nothing else may run on `connection` meanwhile. Elsewhere, an
+    executemany per chunk."""
+    if not copies_rows(connection):
+        yield lambda rows: insert_many(connection, table, rows)
+        return
+    with ExitStack() as stack:
+        feed: list[Callable[[Sequence[Mapping[str, Any]]], None]] = []
+
+        def write(rows: Sequence[Mapping[str, Any]]) -> None:
+            if not rows:
+                return
+            if not feed:  # the COPY names its columns: opened with the first rows
+                opened = _copy_stream(connection, table, list(rows[0]), queued=True)
+                feed.append(stack.enter_context(opened))
+            feed[0](rows)
+
+        yield write
+
+
+@contextmanager
+def _copy_stream(
+    connection: Connection, table: Table, keys: list[str], *, queued: bool = False
+) -> Iterator[Callable[[Sequence[Mapping[str, Any]]], None]]:
+    """One COPY into `table`'s `keys`, open while this lasts; each call writes rows to it
+    (`queued`: handed to a thread that sends them, and the call returns at once).
+    Each value goes through its column's bind processor first, so it arrives as an INSERT
+    would send it (enum names, JSON), and is written as COPY's text in the same pass
+    (`copy_text`)."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.copy import QueuedLibpqWriter
+
+    dialect = connection.dialect
+    processors = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
+    command = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, keys))
+    )
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    try:
+        with driver.cursor() as cursor:
+            writer = QueuedLibpqWriter(cursor) if queued else None
+            with cursor.copy(command, writer=writer) as copy:
+
+                def write(rows: Sequence[Mapping[str, Any]]) -> None:
+                    columns = [[row[key] for row in rows] for key in keys]
+                    copy.write(copy_lines(columns, processors))
+
+                yield write
+    except psycopg.Error as exc:
+        # As SQLAlchemy raises it for a statement of its own: a ledger write that failed.
+        raise DBAPIError.instance(command.as_string(driver), None, exc, psycopg.Error) from exc
+
+
 def copies_rows(connection: Connection) -> bool:
     """Whether bulk writes on this connection go through COPY (PostgreSQL with psycopg)."""
     return connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg"
@@ -220,30 +282,18 @@ def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> T
     the open transaction: by COPY on PostgreSQL, an executemany a chunk at a time elsewhere."""
     STAGED_MOVES.create(connection, checkfirst=True)
     connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
-    for chunk in chunks(rows):
-        insert_many(connection, STAGED_MOVES, chunk)
+    with rows_into(connection, STAGED_MOVES) as insert_rows:
+        for chunk in chunks(rows):
+            insert_rows(chunk)
     return STAGED_MOVES
 
 
 def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """COPY `rows` into `table`, in the connection's open transaction. An executemany of
     INSERTs runs the statement once per row on the server (a month's sync: 100 000 posts and
-    100 000 events); COPY streams them in one command. Each value goes through its column's
-    bind processor first, so it arrives as an INSERT would send it (enum names, JSON), and is
-    written as COPY's text in the same pass (`copy_text`)."""
-    from psycopg import sql
-
-    keys = list(rows[0])
-    dialect = connection.dialect
-    columns = [[row[key] for row in rows] for key in keys]
-    processors = [table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys]
-    command = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, keys))
-    )
-    driver = connection.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor, cursor.copy(command) as copy:
-        copy.write(copy_lines(columns, processors))
+    100 000 events); COPY streams them in one command."""
+    with _copy_stream(connection, table, list(rows[0])) as write:
+        write(rows)
 
 
 def execute_many(

@@ -16,10 +16,12 @@ from sqlalchemy import select as sql_select
 from sqlmodel import Session, select
 
 from postledger.record.db import (
+    CHUNK,
     STAGED_MOVES,
     chunks,
     execute_many,
     insert_many,
+    rows_into,
     staged_moves,
 )
 from postledger.record.models import (
@@ -246,6 +248,35 @@ class Transitions:
     def created(self, entity: EntityKind, entity_id: str, status: str, why: str) -> None:
         """Log the birth of a record: its first status has no `from`."""
         self._log(entity, entity_id, None, status, why)
+
+    def created_all(
+        self, entity: EntityKind, entity_ids: Sequence[str], status: str, why: str
+    ) -> None:
+        """Log the birth of many records, in their order (a month's new posts): written now,
+        a chunk at a time, none of them kept."""
+        self.write_events()  # the events logged before these keep their place
+        first = self._take_seq(len(entity_ids))
+        at = utcnow()
+        events = EventRecord.__table__  # type: ignore[attr-defined]
+        with rows_into(self._session.connection(), events) as insert_rows:
+            for offset, some in zip(
+                range(first, first + len(entity_ids), CHUNK), chunks(entity_ids), strict=True
+            ):
+                insert_rows(
+                    [
+                        {
+                            "month": self._month,
+                            "seq": seq,
+                            "entity": entity,
+                            "entity_id": entity_id,
+                            "from_status": None,
+                            "to_status": status,
+                            "why": why,
+                            "at": at,
+                        }
+                        for seq, entity_id in enumerate(some, start=offset)
+                    ]
+                )
 
     def noted(self, entity: EntityKind, entity_id: str, status: str, why: str) -> None:
         """Log something that happened to a record without changing its status."""
