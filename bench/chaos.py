@@ -49,7 +49,7 @@ def one_trial(n: int, rng: random.Random, latency: float, honour_keys: bool) -> 
 
     from postledger.ledger import Ledger
     from postledger.record.models import PostStatus
-    from simulator.server import simulator_process
+    from simulator.child import simulator_process
 
     settings = {"POSTLEDGER_UPSTREAM_IDEMPOTENT": str(honour_keys).lower()}
     work = isolated_workdir("postledger-chaos-", **settings)

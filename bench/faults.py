@@ -68,7 +68,7 @@ def run_postledger(work: Path, n: int, seed: int, latency: float) -> dict[str, o
 
     from flows.monthly import RunStopped, monthly_posts
     from postledger.ledger import open_ledger
-    from simulator.server import simulator_process
+    from simulator.child import simulator_process
 
     month = "2030-01"
     path = posts_file(work, n)
@@ -120,7 +120,7 @@ async def run_naive(n: int, seed: int, latency: float, max_sends: int = 10) -> d
     import httpx
 
     from postledger.batches.output import check_output
-    from simulator.server import simulator_process
+    from simulator.child import simulator_process
 
     ids = [f"m{i:05d}" for i in range(n)]
     batches = [ids[i : i + 25] for i in range(0, n, 25)]

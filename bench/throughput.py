@@ -55,7 +55,7 @@ def main() -> int:
     work = isolated_workdir("postledger-bench-", **extra)
     from flows.local_server import local_prefect_server
     from postledger.ledger import open_ledger
-    from simulator.server import simulator_process
+    from simulator.child import simulator_process
 
     own_server = args.server == "local" and not args.api_url
     server = local_prefect_server() if own_server else nullcontext()

@@ -19,8 +19,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
-
 # The read end's file descriptor number, in the child's environment.
 LIFELINE_VAR = "POSTLEDGER_PARENT_LIFELINE_FD"
 # After the parent is gone, how long a child may take to stop cleanly before it is ended.
@@ -104,6 +102,10 @@ def wait_answering(
     """Look at `url` until it answers with a success. None when it does; otherwise why not:
     the child exited, or `timeout` seconds passed. One client for all the looks: each new one
     builds a TLS context, ~10 ms of CPU taken from the child that is starting."""
+    # Imported here, once the child is started: `postledger run` starts its children before
+    # importing anything it can do without, and httpx takes ~0.1 s to import.
+    import httpx
+
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=2) as client:
         while True:

@@ -790,11 +790,11 @@ class _Simulators:
         create_delay: float = 0.0,
         scenario: str | None = None,
     ) -> Iterator[str]:
-        from simulator import server
+        from simulator import child
 
         if scenario is not None:
             options = {"latency": latency, "seed": seed, "faults": faults, "scenario": scenario}
-            with server.simulator_process(
+            with child.simulator_process(
                 own_process_group=True,
                 **options,
                 honour_keys=honour_keys,
@@ -816,7 +816,7 @@ class _Simulators:
             self._idle.setdefault(kind, []).append(url)
 
     def _take(self, kind: tuple[str | None, float]) -> str:
-        from simulator import server
+        from simulator import child
 
         while self._idle.get(kind):
             url = self._idle[kind].pop()
@@ -825,7 +825,7 @@ class _Simulators:
                     return url  # (one that died is left to the session's end)
         api_key, create_delay = kind
         return self._running.enter_context(
-            server.simulator_process(
+            child.simulator_process(
                 own_process_group=True, api_key=api_key, create_delay=create_delay
             )
         )
@@ -840,7 +840,7 @@ SIMULATORS = _Simulators()
 
 def simulator_process(**options: Any) -> contextlib.AbstractContextManager[str]:
     """A simulator as if just started with `options` (those of
-    `simulator.server.simulator_process`); yields its base URL. One of this process's
+    `simulator.child.simulator_process`); yields its base URL. One of this process's
     simulators, reset (see `_Simulators`), in a process group of its own."""
     return SIMULATORS.lease(**options)
 

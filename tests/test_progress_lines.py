@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from cli.runner import _ProgressLines
+from cli.run_view import ProgressLines
 
 
 def _report(completed: int, failed: int = 0, running: int = 0) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def _lines(out: io.StringIO) -> list[str]:
 
 def test_a_line_each_tenth_of_the_month_and_none_in_between() -> None:
     out = io.StringIO()
-    lines = _ProgressLines("2026-10", 1000, Console(file=out, width=200))
+    lines = ProgressLines("2026-10", 1000, Console(file=out, width=200))
     for ended in range(0, 1001, 20):  # 50 reports, every 20 posts
         lines.maybe_print(_report(ended, running=50))
     said = _lines(out)
@@ -31,7 +31,7 @@ def test_a_line_each_tenth_of_the_month_and_none_in_between() -> None:
 
 def test_a_line_now_and_then_while_nothing_ends() -> None:
     out = io.StringIO()
-    lines = _ProgressLines("2026-10", 100_000, Console(file=out, width=200))
+    lines = ProgressLines("2026-10", 100_000, Console(file=out, width=200))
     lines.maybe_print(None)
     lines.maybe_print(_report(5, failed=1))
     assert _lines(out) == []  # not yet: neither a tenth ended nor the interval passed

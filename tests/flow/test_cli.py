@@ -394,14 +394,14 @@ def test_approve_still_answers_the_question_it_names(
 
 
 def test_a_run_says_what_it_did_in_one_line() -> None:
-    from cli.runner import _what_this_run_did
+    from cli.run_view import what_this_run_did
 
     done = {"completed": 12, "failed": 1, "unfinished": 0}
-    assert _what_this_run_did(done, done) == "this run: nothing was sent, nothing was left to do"
-    assert _what_this_run_did(None, {"completed": 0, "failed": 0, "unfinished": 5}) == (
+    assert what_this_run_did(done, done) == "this run: nothing was sent, nothing was left to do"
+    assert what_this_run_did(None, {"completed": 0, "failed": 0, "unfinished": 5}) == (
         "this run: nothing was finished; 5 posts are left"
     )
-    assert _what_this_run_did({"completed": 2, "failed": 0, "unfinished": 11}, done) == (
+    assert what_this_run_did({"completed": 2, "failed": 0, "unfinished": 11}, done) == (
         "this run: 10 completed, 1 failed; nothing is left"
     )
 
