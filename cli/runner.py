@@ -17,7 +17,7 @@ from rich.markup import escape
 from postledger.batches.posts import InputError, default_posts_path, load_posts
 from postledger.progress.words import BUNDLED_SIMULATOR
 from postledger.settings import Settings
-from simulator.child import StartingSimulator, starting_simulator
+from simulator.child import starting_simulator
 
 
 def run_month(
@@ -53,7 +53,8 @@ def run_month(
             except LocalServerBusy as exc:
                 console.print(f"[red]error:[/] {escape(exc.message)}")
                 return 1
-        if not settings.upstream_url:
+        bundled = not settings.upstream_url
+        if bundled:
             console.print(
                 "[yellow]No upstream configured (POSTLEDGER_UPSTREAM_URL): using the bundled "
                 "simulator. No real AI is called and nothing is paid.[/]"
@@ -70,16 +71,14 @@ def run_month(
         # The simulator after those imports, still well before the server answers: started
         # beside them, the three processes shared two cores and the server, which every step
         # waits for, got less than one (first paid call ~0.6 s later).
-        simulator: StartingSimulator | None = None
-        if not settings.upstream_url:
+        url: str | None = settings.upstream_url
+        if bundled:
             simulator = running.enter_context(starting_simulator(latency=sim_latency))
             # One name for every run's simulator, whatever its port: its breaker persists (R18).
             os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", BUNDLED_SIMULATOR)
             # The bundled simulator honours idempotency keys, as the task API kind may not.
             os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
-        if simulator is None:
-            url = settings.upstream_url
-        else:  # the simulator speaks every kind, each at its usual base URL
+            # The simulator speaks every kind, each at its usual base URL.
             url = settings.upstream_kind.base_url_of(simulator.wait_ready())
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         if server is not None:

@@ -18,7 +18,7 @@ READY_PREFIX = "postledger simulator listening on "
 
 class StartingSimulator:
     """A simulator child that was started and may not answer yet: `wait_ready` gives its URL.
-    Lets its start-up overlap with other work (the local Prefect server's, Prefect's import)."""
+    Lets its start-up overlap with other work (the local Prefect server's)."""
 
     def __init__(self, process: subprocess.Popen[str], startup_timeout: float) -> None:
         self._process = process

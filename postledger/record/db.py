@@ -183,12 +183,14 @@ def chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
 
 
 def insert_many(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """INSERT `rows` (dicts with the same keys) into `table`: on PostgreSQL through psycopg's
-    COPY (`_copy_rows`), elsewhere see `execute_many`."""
+    """INSERT `rows` (dicts with the same keys) into `table`: on PostgreSQL by one COPY (an
+    executemany of INSERTs runs the statement once per row on the server), elsewhere see
+    `execute_many`."""
     if not rows:
         return
     if copies_rows(connection):
-        _copy_rows(connection, table, rows)
+        with _copy_stream(connection, table, list(rows[0])) as write:
+            write(rows)
     else:
         execute_many(connection, insert(table), rows, keys=list(rows[0]))
 
@@ -207,15 +209,17 @@ def rows_into(
         yield lambda rows: insert_many(connection, table, rows)
         return
     with ExitStack() as stack:
-        feed: list[Callable[[Sequence[Mapping[str, Any]]], None]] = []
+        copy: Callable[[Sequence[Mapping[str, Any]]], None] | None = None
 
         def write(rows: Sequence[Mapping[str, Any]]) -> None:
+            nonlocal copy
             if not rows:
                 return
-            if not feed:  # the COPY names its columns: opened with the first rows
-                opened = _copy_stream(connection, table, list(rows[0]), queued=True)
-                feed.append(stack.enter_context(opened))
-            feed[0](rows)
+            if copy is None:  # the COPY names its columns: opened with the first rows
+                copy = stack.enter_context(
+                    _copy_stream(connection, table, list(rows[0]), queued=True)
+                )
+            copy(rows)
 
         yield write
 
@@ -286,14 +290,6 @@ def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> T
         for chunk in chunks(rows):
             insert_rows(chunk)
     return STAGED_MOVES
-
-
-def _copy_rows(connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """COPY `rows` into `table`, in the connection's open transaction. An executemany of
-    INSERTs runs the statement once per row on the server (a month's sync: 100 000 posts and
-    100 000 events); COPY streams them in one command."""
-    with _copy_stream(connection, table, list(rows[0])) as write:
-        write(rows)
 
 
 def execute_many(

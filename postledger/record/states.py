@@ -254,6 +254,8 @@ class Transitions:
     ) -> None:
         """Log the birth of many records, in their order (a month's new posts): written now,
         a chunk at a time, none of them kept."""
+        if not entity_ids:
+            return
         self.write_events()  # the events logged before these keep their place
         first = self._take_seq(len(entity_ids))
         at = utcnow()
