@@ -144,7 +144,11 @@ def test_an_older_ledgers_events_are_kept_in_order_under_their_new_key(
     ledger.close()
 
 
-def test_an_older_ledgers_batch_index_keeps_only_posts_in_a_batch(any_ledger_url: str) -> None:
+def test_the_index_by_batch_was_made_partial_and_is_dropped_at_the_head(
+    any_ledger_url: str,
+) -> None:
+    """0010 kept only posts in a batch in the index by batch; 0011 drops it (a batch's posts are
+    found by key among its own ids)."""
     from sqlalchemy import inspect
 
     from postledger.record.db import make_engine
@@ -152,18 +156,22 @@ def test_an_older_ledgers_batch_index_keeps_only_posts_in_a_batch(any_ledger_url
 
     def batch_index_condition() -> str | None:
         with engine.connect() as connection:
-            (index,) = [
+            found = [
                 i
                 for i in inspect(connection).get_indexes("posts")
                 if i["name"] == "ix_posts_batch_status_position"
             ]
-        options = index.get("dialect_options", {})
+        if not found:
+            return "gone"
+        options = found[0].get("dialect_options", {})
         where = options.get("sqlite_where", options.get("postgresql_where"))
-        return None if where is None else str(where)
+        return "whole" if where is None else str(where).strip("()")
 
     engine = make_engine(any_ledger_url)
     upgrade(engine, "0009")  # every post in the index, in a batch or not
-    assert batch_index_condition() is None
+    assert batch_index_condition() == "whole"
+    upgrade(engine, "0010")
+    assert batch_index_condition() == "batch_id IS NOT NULL"
     Ledger(any_ledger_url).close()  # upgrades to the head
-    assert (batch_index_condition() or "").strip("()") == "batch_id IS NOT NULL"
+    assert batch_index_condition() == "gone"
     engine.dispose()

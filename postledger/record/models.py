@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Text, text
+from sqlalchemy import JSON, Column, Index, Text
 from sqlalchemy.types import DateTime, TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -72,19 +72,9 @@ class PostRecord(SQLModel, table=True):
     """One post of one month: its state, attempts, result and failure."""
 
     __tablename__ = "posts"
-    # Planning reads a month's pending posts in file order (migration 0004).
-    __table_args__ = (
-        Index("ix_posts_month_status_position", "month", "status", "position"),
-        # A batch's own posts (migration 0006); only posts in a batch are in it (0010).
-        Index(
-            "ix_posts_batch_status_position",
-            "batch_id",
-            "status",
-            "position",
-            sqlite_where=text("batch_id IS NOT NULL"),
-            postgresql_where=text("batch_id IS NOT NULL"),
-        ),
-    )
+    # Planning reads a month's pending posts in file order (migration 0004). A batch's posts are
+    # found by key among the batch's own post ids: no index by batch (migration 0011).
+    __table_args__ = (Index("ix_posts_month_status_position", "month", "status", "position"),)
 
     month: str = Field(primary_key=True, max_length=7)
     post_id: str = Field(primary_key=True)

@@ -50,12 +50,17 @@ def load_batch(session: Session, batch_id: str) -> BatchRecord:
 
 
 def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> list[PostRecord]:
-    """The posts that are in `batch` now (a post may have moved on to a later batch). By the
-    batch alone (its id names its month): the month's own index would read the whole month."""
-    query = select(PostRecord).where(PostRecord.batch_id == batch.batch_id)
-    if statuses:
-        query = query.where(col(PostRecord.status).in_(statuses))
-    return list(session.exec(query.order_by(col(PostRecord.position))))
+    """The posts that are in `batch` now (a post may have moved on to a later batch). By key,
+    among the ids the batch was planned with: its own rows, whatever the month's size. (Their
+    status is checked here: asked of the database, it may choose the month's index by status,
+    which reads every post of the month in that status.)"""
+    query = select(PostRecord).where(
+        PostRecord.month == batch.month,
+        col(PostRecord.post_id).in_(batch.post_ids),
+        PostRecord.batch_id == batch.batch_id,
+    )
+    posts = sorted(session.exec(query), key=lambda post: post.position)
+    return [post for post in posts if not statuses or post.status in statuses]
 
 
 class LedgerReads:

@@ -17,8 +17,7 @@ from typing import Any
 from postledger.record.kinds import BatchStatus, BreakerLevel, FailureKind, PostStatus, SpendState
 from postledger.record.plain import Reader, stamped
 
-# A month has at most a few interrupted batches (the window's and the saved outputs), but a
-# query's parameters are bounded: look their posts up this many batches at a time.
+# A query's parameters are bounded: a batch's posts are looked up this many ids at a time.
 _IDS_PER_QUERY = 500
 
 
@@ -111,13 +110,12 @@ def knows_month(reader: Reader, month: str) -> bool:
 def interrupted(reader: Reader, month: str) -> list[InterruptedBatch]:
     """The month's `running` and `received` batches in start order, each with its posts now."""
     rows = reader.rows(
-        "SELECT batch_id, seq, status, request, raw_output, upstream_task_id, sends FROM batches "
-        "WHERE month = ? AND status IN (?, ?) ORDER BY seq",
+        "SELECT batch_id, seq, status, request, raw_output, upstream_task_id, sends, post_ids "
+        "FROM batches WHERE month = ? AND status IN (?, ?) ORDER BY seq",
         month,
         BatchStatus.RUNNING.name,
         BatchStatus.RECEIVED.name,
     )
-    members = _members(reader, [row[0] for row in rows])
     return [
         InterruptedBatch(
             batch_id,
@@ -127,26 +125,28 @@ def interrupted(reader: Reader, month: str) -> list[InterruptedBatch]:
             raw_output,
             task_id,
             int(sends),
-            members.get(batch_id, []),
+            _members(reader, month, batch_id, _json(post_ids)),
         )
-        for batch_id, seq, status, request, raw_output, task_id, sends in rows
+        for batch_id, seq, status, request, raw_output, task_id, sends, post_ids in rows
     ]
 
 
-def _members(reader: Reader, batch_ids: list[str]) -> dict[str, list[str]]:
-    """The ids of the posts in each batch now, in file order (the batch's own index)."""
-    members: dict[str, list[str]] = {}
-    for start in range(0, len(batch_ids), _IDS_PER_QUERY):
-        chunk = batch_ids[start : start + _IDS_PER_QUERY]
+def _members(reader: Reader, month: str, batch_id: str, post_ids: list[str]) -> list[str]:
+    """The ids of the posts in the batch now, in file order: by key, among those it was
+    planned with (a post may have left it since)."""
+    found: list[tuple[int, str]] = []
+    for start in range(0, len(post_ids), _IDS_PER_QUERY):
+        chunk = post_ids[start : start + _IDS_PER_QUERY]
         marks = ", ".join("?" for _ in chunk)
         rows = reader.rows(
-            f"SELECT batch_id, post_id FROM posts WHERE batch_id IN ({marks}) "
-            "ORDER BY batch_id, position",
+            f"SELECT position, post_id FROM posts WHERE month = ? AND post_id IN ({marks}) "
+            "AND batch_id = ?",
+            month,
             *chunk,
+            batch_id,
         )
-        for batch_id, post_id in rows:
-            members.setdefault(batch_id, []).append(post_id)
-    return members
+        found.extend((int(position), post_id) for position, post_id in rows)
+    return [post_id for _, post_id in sorted(found)]
 
 
 def _json(value: Any) -> Any:
