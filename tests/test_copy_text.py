@@ -28,6 +28,10 @@ def test_each_kind_of_value_is_spelled_as_copy_reads_it() -> None:
     at = datetime(2026, 10, 2, 10, 0, tzinfo=timezone(timedelta(hours=2)))
     assert copy_field(at) == "2026-10-02T10:00:00+02:00"
     assert copy_lines([["a", None], [1, True]]) == "a\t1\n\\N\tt\n"
+    # A column is spelled whole when it can be: plain strings, integers; else value by value.
+    assert copy_lines([["a", "b"], [1, 22]]) == "a\t1\nb\t22\n"
+    assert copy_lines([["a", "b\tc"], [1, False]]) == "a\t1\nb\\tc\tf\n"
+    assert copy_lines([["a", PostStatus.PENDING]]) == f"a\n{PostStatus.PENDING.value}\n"
 
 
 def test_what_copy_cannot_say_is_refused() -> None:

@@ -26,10 +26,24 @@ def copy_lines(
     `processors`: a column's bind processor (or None), applied to each value first, in the
     same pass, so that the value arrives as an INSERT would send it (enum names, JSON)."""
     fields = [
-        converted(values, _spelled(processor))
+        _column(values, processor)
         for values, processor in zip(columns, processors or [None] * len(columns), strict=True)
     ]
     return "".join(["\t".join(row) + "\n" for row in zip(*fields, strict=True)])
+
+
+def _column(values: Sequence[Any], processor: Callable[[Any], Any] | None) -> Sequence[Any]:
+    """One column's fields. A column of plain strings none of which needs escaping (ids, a
+    move's reasons), or of integers, is spelled by one look at the whole column rather than one
+    call per value: a month's plan stages 400 000 such values."""
+    kinds = set(map(type, values)) if processor is None else set()
+    if kinds == {str}:
+        whole = "".join(values)
+        if not ("\\" in whole or "\t" in whole or "\n" in whole or "\r" in whole):
+            return values
+    elif kinds == {int}:
+        return list(map(str, values))
+    return converted(values, _spelled(processor))
 
 
 def _spelled(processor: Callable[[Any], Any] | None) -> Callable[[Any], str]:
