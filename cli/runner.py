@@ -64,6 +64,7 @@ def run_month(
         from cli.run_logs import logs_above_the_bar
         from cli.run_view import progress_bar, shown, what_this_run_did
         from flows.monthly import RunStopped, monthly_posts
+        from flows.stop_request import stopping_on_signals
         from postledger.ledger import Ledger
         from postledger.progress.status import progress_of, status_of
         from postledger.progress.tables import failures_table, status_table
@@ -89,6 +90,7 @@ def run_month(
         with (
             progress_bar(ledger, month, total, console, embedded=server is not None),
             logs_above_the_bar(console, verbose=verbose),
+            stopping_on_signals(lambda words: console.print(f"[yellow]{words}[/]")),
         ):
             try:
                 monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)

@@ -24,6 +24,7 @@ from flows.approval import ask_about_budget, ask_to_continue
 from flows.batch_runs import BatchRuns, Crashed, Ended
 from flows.due_work import plan_due_work, work_left
 from flows.phases import Finished, HeldByBudget, Phase, Sending, Stopping, WaitingForProbe
+from flows.stop_request import stop_asked
 from flows.stops import breaker_stop, ledger_stop, said
 from postledger.guards.breaker import window
 from postledger.ledger import Ledger
@@ -99,6 +100,8 @@ class Dispatch:
 
     def run(self) -> str | None:
         while True:
+            if (why := stop_asked()) is not None:
+                self.stop(f"{why}. What is left waits for the next run of {self.month}")
             self.start_what_may_start()
             if self.progressed and self.on_progress is not None:
                 self.on_progress()  # after the next batches are on their way, not before

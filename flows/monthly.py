@@ -30,6 +30,7 @@ from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import answer_given_before, ask_about_interrupted, carry_out
 from flows.slots import free_stale_slots
+from flows.stop_request import stop_on_signals_again
 from postledger.batches.posts import (
     InputError,
     Post,
@@ -99,6 +100,7 @@ def monthly_posts(
         ledger_block: Name of a postledger-ledger block (the ledger's database). Empty: the
             POSTLEDGER_DATABASE_URL variable, or the SQLite file in the project folder.
     """
+    stop_on_signals_again()  # under `postledger run`: see flows/stop_request.py
     settings = settings_from_blocks(upstream_block, ledger_block)
     with in_force(settings), lighter_task_run_clients():
         return _monthly_posts(settings, month, posts_path, poll, resubmit)

@@ -42,13 +42,19 @@ def start_child(
     **popen: Any,
 ) -> subprocess.Popen[Any]:
     """Popen with a lifeline: the child (which calls `watch_parent` at its start) stops when
-    this process dies. The write end stays open, unshared, for this process's life."""
+    this process dies. The write end stays open, unshared, for this process's life.
+
+    In a session of its own: a terminal's Ctrl-C, or a signal to this process's group (as
+    `timeout` sends), reaches this process alone, which still has its children while it stops
+    (the local Prefect server, which the run reports its end to), and then stops them. Had they
+    been stopped at the same moment, the run would spend a minute retrying a server gone."""
     read_end, write_end = os.pipe()  # neither end is inherited unless passed (PEP 446)
     try:
         process = subprocess.Popen(
             list(args),
             env={**env, LIFELINE_VAR: str(read_end)},
             pass_fds=(*pass_fds, read_end),
+            start_new_session=True,
             **popen,
         )
     except BaseException:

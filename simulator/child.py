@@ -50,13 +50,10 @@ def starting_simulator(
     scenario: str | None = None,
     honour_keys: bool = True,
     startup_timeout: float = 30,
-    own_process_group: bool = False,
 ) -> Iterator[StartingSimulator]:
     """Start `postledger sim serve` on a free loopback port without waiting for it; stopped on
-    leaving, and when this process dies (`postledger.children.start_child`).
-    `own_process_group`: in a session of its own, as tests start it (a Ctrl-C in the terminal
-    then reaches only its parent, which stops it). `postledger run` leaves it in the run's
-    process group, so that killing that group ends the simulator too."""
+    leaving, and when this process dies (`postledger.children.start_child`, which starts it in
+    a session of its own: a Ctrl-C reaches only its parent, which stops it when done)."""
     args = [
         sys.executable,
         "-m",
@@ -83,9 +80,7 @@ def starting_simulator(
     env = dict(os.environ)
     if api_key is not None:
         env["POSTLEDGER_SIM_API_KEY"] = api_key  # not on the command line, where ps shows it
-    process = start_child(
-        args, env=env, stdout=subprocess.PIPE, text=True, start_new_session=own_process_group
-    )
+    process = start_child(args, env=env, stdout=subprocess.PIPE, text=True)
     try:
         yield StartingSimulator(process, startup_timeout)
     finally:

@@ -111,9 +111,10 @@ def stop(
     process: subprocess.Popen[Any], timeout: float = 10.0, *, first: int = signal.SIGTERM
 ) -> None:
     """End `process` and whatever it started in its group: `first` (SIGTERM) while it runs,
-    SIGKILL for it after `timeout` and for anything of its group still there (a local Prefect
-    server left by a `postledger` that crashed, on purpose or not). `first=signal.SIGKILL`:
-    a death with no chance to clean up, as a kill -9."""
+    SIGKILL for it after `timeout` and for anything of its group still there. (`postledger
+    run` starts its server and simulator in sessions of their own: they stop by their
+    lifeline, `postledger/children.py`.) `first=signal.SIGKILL`: a death with no chance to
+    clean up, as a kill -9."""
     try:
         if process.poll() is None:
             _signal_group(process.pid, first)
@@ -131,6 +132,80 @@ def stop(
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+class Processes:
+    """`postledger` processes started in one folder with one environment; each in a process
+    group of its own, so that the group can be killed (its local server and simulator, in
+    sessions of their own, stop by their lifeline)."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.cwd, self.env = cwd, env
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.named: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        # Output to a file: a pipe nobody reads could block it, and an orphan keeps it open.
+        with (self.cwd / f"{name}.out").open("wb") as out:
+            process = spawn(
+                [sys.executable, "-m", "cli", *args],
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.started.append(process)
+        self.named[name] = process
+        return process
+
+    def run(self, name: str, *args: str, timeout: float = 240) -> tuple[int, str]:
+        process = self.start(name, *args)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`postledger {' '.join(args)}` did not end:\n{self.output(name)}")
+        return code, self.output(name)
+
+    def output(self, name: str) -> str:
+        return (self.cwd / f"{name}.out").read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        for process in self.started:
+            stop(process, first=signal.SIGKILL)
+
+    def wait_for_ledger(
+        self,
+        name: str,
+        ledger_url: str,
+        ready: Callable[[Any], bool],
+        *,
+        what: str,
+        timeout: float = 240,
+    ) -> None:
+        """Until `ready(ledger)` (the ledger opened read-only) while process `name` runs: a new
+        `postledger run` on a loaded machine takes a while (its imports, its server)."""
+        from sqlalchemy.exc import DBAPIError
+
+        from postledger.ledger import Ledger
+
+        process = self.named[name]
+        deadline = time.monotonic() + timeout
+        ledger: Ledger | None = None
+        try:
+            while True:
+                assert process.poll() is None, self.output(name)
+                assert time.monotonic() < deadline, f"{name} never got there: {what}"
+                try:
+                    ledger = ledger or Ledger(ledger_url, read_only=True)
+                    if ready(ledger):
+                        return
+                except DBAPIError:
+                    pass  # the ledger's file is there, its tables not yet
+                time.sleep(0.1)
+        finally:
+            if ledger is not None:
+                ledger.close()
 
 
 @contextlib.contextmanager
@@ -795,7 +870,6 @@ class _Simulators:
         if scenario is not None:
             options = {"latency": latency, "seed": seed, "faults": faults, "scenario": scenario}
             with child.simulator_process(
-                own_process_group=True,
                 **options,
                 honour_keys=honour_keys,
                 api_key=api_key,
@@ -825,9 +899,7 @@ class _Simulators:
                     return url  # (one that died is left to the session's end)
         api_key, create_delay = kind
         return self._running.enter_context(
-            child.simulator_process(
-                own_process_group=True, api_key=api_key, create_delay=create_delay
-            )
+            child.simulator_process(api_key=api_key, create_delay=create_delay)
         )
 
     def close(self) -> None:

@@ -10,60 +10,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import child_env, migrated_prefect_home, posts_file, spawn, stop
+from tests.helpers import Processes, child_env, migrated_prefect_home, posts_file
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
 FIRST, SECOND = "2026-10", "2026-11"
-
-
-class Processes:
-    """`postledger` processes started in one folder with one environment; each in a process
-    group of its own, so that the group (its local server and simulator too) can be killed."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
-        self.cwd, self.env = cwd, env
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        # Output to a file: a pipe nobody reads could block it, and an orphan keeps it open.
-        with (self.cwd / f"{name}.out").open("wb") as out:
-            process = spawn(
-                [sys.executable, "-m", "cli", *args],
-                cwd=self.cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.started.append(process)
-        return process
-
-    def run(self, name: str, *args: str, timeout: float = 240) -> tuple[int, str]:
-        process = self.start(name, *args)
-        try:
-            code = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`postledger {' '.join(args)}` did not end:\n{self.output(name)}")
-        return code, self.output(name)
-
-    def output(self, name: str) -> str:
-        return (self.cwd / f"{name}.out").read_text(errors="replace")
-
-    def kill_all(self) -> None:
-        for process in self.started:
-            stop(process, first=signal.SIGKILL)
 
 
 @pytest.fixture
@@ -116,28 +75,6 @@ def is_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_for_batches_in_flight(
-    ledger_url: str, run: subprocess.Popen[bytes], processes: Processes, name: str
-) -> None:
-    # A new `postledger run` on a loaded machine: its imports, its server, then the month.
-    deadline = time.monotonic() + 240
-    ledger: Ledger | None = None
-    try:
-        while True:
-            assert run.poll() is None, processes.output(name)
-            assert time.monotonic() < deadline, "run 1 never sent its batches"
-            try:
-                ledger = ledger or Ledger(ledger_url, read_only=True)
-                if len(ledger.batches(FIRST, BatchStatus.RUNNING)) >= 2:  # both slots taken
-                    return
-            except DBAPIError:
-                pass  # the ledger's file is there, its tables not yet
-            time.sleep(0.2)
-    finally:
-        if ledger is not None:
-            ledger.close()
-
-
 # The local server's lock, its children's lifeline, the slots a killed run left: Prefect's side.
 @pytest.mark.prefect_side
 def test_a_second_embedded_run_is_refused_and_a_killed_one_blocks_nothing(
@@ -148,7 +85,12 @@ def test_a_second_embedded_run_is_refused_and_a_killed_one_blocks_nothing(
     first = processes.start(
         "first", "run", "--month", FIRST, "--posts", posts(folder, FIRST, 12), "--latency", "60"
     )
-    wait_for_batches_in_flight(ledger_url, first, processes, "first")
+    processes.wait_for_ledger(
+        "first",
+        ledger_url,
+        lambda ledger: len(ledger.batches(FIRST, BatchStatus.RUNNING)) >= 2,
+        what="both slots taken",
+    )
 
     second_posts = posts(folder, SECOND, 6)
     code, out = processes.run("second", "run", "--month", SECOND, "--posts", second_posts)

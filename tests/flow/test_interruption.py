@@ -63,7 +63,7 @@ def run_and_kill(
 
             time.sleep(0.2)
     finally:
-        stop(process, first=signal.SIGKILL)  # the flow, and Prefect's server with it
+        stop(process, first=signal.SIGKILL)  # the flow; its server stops by its lifeline
         output.close()
         if watcher is not None:
             watcher.close()
