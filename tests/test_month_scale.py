@@ -68,6 +68,50 @@ def test_a_month_of_several_chunks_is_synced_whole_its_events_in_file_order(
     ledger.close()
 
 
+def test_a_plan_moves_each_post_into_the_batch_that_names_it_logged_in_batch_order(
+    any_ledger_url: str,
+) -> None:
+    """The database reads the pairs from the batches just written (`batch_members`): every
+    pending post ends in the batch whose post ids name it, logged batch by batch, post by
+    post; a post too long for any batch is left out, and a later plan moves only its own."""
+    ledger = Ledger(any_ledger_url)
+    month = month_of_posts(40)
+    month[7] = Post(month[7].id, "x" * 400, month[7].line)  # alone over max_chars
+    ledger.sync_posts(MONTH, month, model="m", prompt="p")
+    ledger.plan(MONTH, max_posts=6, max_chars=300)
+    ledger.sync_posts(MONTH, [*month, *month_of_posts(45)[40:]], model="m", prompt="p")
+    planned_before = len(ledger.events(MONTH))
+    ledger.plan(MONTH, max_posts=6, max_chars=300)
+
+    batches = ledger.batches(MONTH)
+    posts = {post.post_id: post for post in ledger.posts(MONTH)}
+    named = {pid: batch.batch_id for batch in batches for pid in batch.post_ids}
+    assert len(named) == 44 and month[7].id not in named
+    for post_id, batch_id in named.items():
+        assert (posts[post_id].status, posts[post_id].batch_id) == (PostStatus.QUEUED, batch_id)
+    assert posts[month[7].id].status is PostStatus.FAILED
+
+    events = ledger.events(MONTH)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    moves = [
+        (e.entity_id, e.why)
+        for e in events
+        if e.entity is EntityKind.POST and (e.from_status, e.to_status) == ("pending", "queued")
+    ]
+    expected = [
+        (pid, f"planned in {batch.batch_id}")
+        for batch in sorted(batches, key=lambda b: b.seq)
+        for pid in batch.post_ids
+    ]
+    assert moves == expected
+    # The second plan: the new posts' one batch, its birth before its posts' moves.
+    (last,) = [b for b in batches if b.seq == max(b.seq for b in batches)]
+    assert last.post_ids == [p.id for p in month_of_posts(45)[40:]]
+    tail = [(e.entity_id, e.to_status) for e in events[planned_before:]]
+    assert tail == [(last.batch_id, "queued"), *[(pid, "queued") for pid in last.post_ids]]
+    ledger.close()
+
+
 def test_rows_streamed_into_a_table_are_all_or_nothing(any_ledger_url: str) -> None:
     """A stream of chunks is one statement's worth: a bad row in its last chunk leaves none of
     the chunks before it, and fails as any ledger write does."""

@@ -71,6 +71,7 @@ class PlannedBatch:
     """A batch as planned: in the ledger, `queued`, nothing of it sent."""
 
     batch_id: str
+    seq: int  # its place in the month's start order
     post_ids: list[str]
     split_from: str | None = None  # the batch it is half of (R12)
 
@@ -153,12 +154,9 @@ def plan_pending(
     ]
     moves.posts_by_id(PostStatus.PENDING, PostStatus.FAILED, too_long, failure=FailureKind.TOO_LONG)
     batches = new_batches(session, moves, month, plan.batches)
-    planned = [
-        PostChange(post_id, f"planned in {batch.batch_id}", batch_id=batch.batch_id)
-        for batch in batches
-        for post_id in batch.post_ids
-    ]
-    moves.posts_by_id(PostStatus.PENDING, PostStatus.QUEUED, planned)
+    if batches:
+        first, last = batches[0].seq, batches[-1].seq
+        moves.posts_into_batches(first, last, sum(len(batch.post_ids) for batch in batches))
     return PlanReport(batches=batches, too_long=len(plan.too_long))
 
 
@@ -182,7 +180,7 @@ def new_batches(
     planned: list[PlannedBatch] = []
     for offset, post_ids in enumerate(groups, start=1):
         seq = (last_seq or 0) + offset
-        batch = PlannedBatch(batch_id_for(month, seq), post_ids, split_from)
+        batch = PlannedBatch(batch_id_for(month, seq), seq, post_ids, split_from)
         # Every column, as the ORM would write a new BatchRecord (JSON nulls included).
         rows.append(
             {

@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, bindparam, event, func, insert, literal, update
+from sqlalchemy import Integer, Text, Update, bindparam, event, func, insert, literal, update
 from sqlalchemy import select as sql_select
 from sqlmodel import Session, select
 
+from postledger.record.batch_members import batch_members
 from postledger.record.db import (
     CHUNK,
-    STAGED_MOVES,
     chunks,
     execute_many,
     insert_many,
@@ -111,6 +111,14 @@ class LedgerConflict(RuntimeError):
     """Records changed under a bulk move; the transaction is rolled back."""
 
 
+def _all_moved(moved: int, count: int, current: PostStatus, target: PostStatus) -> None:
+    if moved != count:
+        raise LedgerConflict(
+            f"{count - moved} of {count} posts to move {current} -> {target} were not "
+            f"{current} any more: nothing was changed"
+        )
+
+
 def post_can_move(current: PostStatus, target: PostStatus) -> bool:
     return target in POST_TRANSITIONS[current]
 
@@ -190,36 +198,71 @@ class Transitions:
             for change in changes:
                 self._log(EntityKind.POST, change.post_id, current, target, change.why)
             row = _BOUND
+        statement = self._move(
+            current,
+            target,
+            row.pid,
+            why=row.why,
+            failure=failure,
+            into=row.into if into_batches else None,
+        )
+        if staged:
+            moved = int(connection.execute(statement).rowcount)
+            self._log_rows(current, target, len(rows), row.n, row.pid, row.why, (row.n,))
+        else:
+            moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
+        _all_moved(moved, len(rows), current, target)
+
+    def posts_into_batches(self, first_seq: int, last_seq: int, count: int) -> None:
+        """Move the `count` pending posts that the month's batches `first_seq` to `last_seq`
+        (just planned) name to `queued`, each into its batch: one UPDATE, logged by one
+        INSERT … SELECT in the batches' order. The pairs are read by the database from the
+        batches' own post ids (`batch_members`): none is sent to it."""
+        if count == 0:
+            return
+        self.write_events()  # the batches' births keep their place before these
+        connection = self._session.connection()
+        member = batch_members(connection.dialect, self._month, first_seq, last_seq).c
+        why = literal("planned in ", Text) + member.batch_id
+        statement = self._move(P.PENDING, P.QUEUED, member.post_id, why=why, into=member.batch_id)
+        moved = int(connection.execute(statement).rowcount)
+        _all_moved(moved, count, P.PENDING, P.QUEUED)
+        order = (member.seq, member.place)
+        place = func.row_number().over(order_by=order) - 1
+        self._log_rows(P.PENDING, P.QUEUED, count, place, member.post_id, why, order)
+
+    def _move(
+        self,
+        current: PostStatus,
+        target: PostStatus,
+        post_id: Any,
+        *,
+        why: Any,
+        failure: FailureKind | None = None,
+        into: Any = None,
+    ) -> Update:
+        """The UPDATE that moves the month's post `post_id` (a column or a parameter) from
+        `current` to `target`, as `post` does for one record."""
         table = PostRecord.__table__  # type: ignore[attr-defined]
         values: dict[str, object] = {
             "status": target,
             "failure_kind": failure,
-            "failure_reason": row.why if failure is not None else None,
+            "failure_reason": why if failure is not None else None,
             "updated_at": utcnow(),
         }
         if target is not P.WAITING:
             values["not_before"] = None
-        if into_batches:
-            values["batch_id"] = row.into
-        statement = (
+        if into is not None:
+            values["batch_id"] = into
+        return (
             update(table)
             .where(
                 table.c.month == self._month,
-                table.c.post_id == row.pid,
+                table.c.post_id == post_id,
                 table.c.status == current,
             )
             .values(values)
         )
-        if staged:
-            moved = int(connection.execute(statement).rowcount)
-            self._log_staged(current, target, len(rows))
-        else:
-            moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
-        if moved != len(rows):
-            raise LedgerConflict(
-                f"{len(rows) - moved} of {len(rows)} posts to move {current} -> {target} were "
-                f"not {current} any more: nothing was changed"
-            )
 
     def batch(
         self,
@@ -300,22 +343,30 @@ class Transitions:
             }
         )
 
-    def _log_staged(self, current: PostStatus, target: PostStatus, count: int) -> None:
-        """Log the staged posts' move in one INSERT … SELECT: an event per post, numbered in
-        the rows' order, none of them built in Python."""
+    def _log_rows(
+        self,
+        current: PostStatus,
+        target: PostStatus,
+        count: int,
+        place: Any,
+        post_id: Any,
+        why: Any,
+        order: tuple[Any, ...],
+    ) -> None:
+        """Log a bulk move in one INSERT … SELECT: an event per post (`post_id`, `why`, and
+        `place`, 0, 1, … in the move's `order`), none of them built in Python."""
         first = self._take_seq(count)
         events = EventRecord.__table__  # type: ignore[attr-defined]
-        staged = STAGED_MOVES.c
         rows = sql_select(
             literal(self._month, events.c.month.type),
-            literal(first, Integer) + staged.n,
+            literal(first, Integer) + place,
             literal(EntityKind.POST, events.c.entity.type),
-            staged.pid,
+            post_id,
             literal(current, events.c.from_status.type),
             literal(target, events.c.to_status.type),
-            staged.why,
+            why,
             literal(utcnow(), events.c.at.type),
-        ).order_by(staged.n)
+        ).order_by(*order)
         columns = ["month", "seq", "entity", "entity_id", "from_status", "to_status", "why", "at"]
         self._session.connection().execute(insert(events).from_select(columns, rows))
 
