@@ -24,6 +24,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     MetaData,
+    Select,
     Table,
     Text,
     Update,
@@ -289,6 +290,15 @@ def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> T
     with rows_into(connection, STAGED_MOVES) as insert_rows:
         for chunk in chunks(rows):
             insert_rows(chunk)
+    return STAGED_MOVES
+
+
+def staged_from(connection: Connection, rows: Select[Any]) -> Table:
+    """The rows of `rows` (columns n, pid, why, into) in `STAGED_MOVES`, in the open
+    transaction, by one INSERT … SELECT: a move the database can name by itself."""
+    STAGED_MOVES.create(connection, checkfirst=True)
+    connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
+    connection.execute(insert(STAGED_MOVES).from_select(["n", "pid", "why", "into"], rows))
     return STAGED_MOVES
 
 

@@ -18,10 +18,12 @@ from sqlmodel import Session, select
 from postledger.record.batch_members import batch_members
 from postledger.record.db import (
     CHUNK,
+    STAGED_MOVES,
     chunks,
     execute_many,
     insert_many,
     rows_into,
+    staged_from,
     staged_moves,
 )
 from postledger.record.models import (
@@ -208,7 +210,7 @@ class Transitions:
         )
         if staged:
             moved = int(connection.execute(statement).rowcount)
-            self._log_rows(current, target, len(rows), row.n, row.pid, row.why, (row.n,))
+            self._log_staged(current, target, len(rows))
         else:
             moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
         _all_moved(moved, len(rows), current, target)
@@ -223,13 +225,21 @@ class Transitions:
         self.write_events()  # the batches' births keep their place before these
         connection = self._session.connection()
         member = batch_members(connection.dialect, self._month, first_seq, last_seq).c
-        why = literal("planned in ", Text) + member.batch_id
-        statement = self._move(P.PENDING, P.QUEUED, member.post_id, why=why, into=member.batch_id)
+        # Staged first, as a bulk move by id is: joined to the posts straight from the JSON,
+        # SQLite read every batch's ids again for each post.
+        row = staged_from(
+            connection,
+            sql_select(
+                func.row_number().over(order_by=(member.seq, member.place)) - 1,
+                member.post_id,
+                literal("planned in ", Text) + member.batch_id,
+                member.batch_id,
+            ),
+        ).c
+        statement = self._move(P.PENDING, P.QUEUED, row.pid, why=row.why, into=row.into)
         moved = int(connection.execute(statement).rowcount)
         _all_moved(moved, count, P.PENDING, P.QUEUED)
-        order = (member.seq, member.place)
-        place = func.row_number().over(order_by=order) - 1
-        self._log_rows(P.PENDING, P.QUEUED, count, place, member.post_id, why, order)
+        self._log_staged(P.PENDING, P.QUEUED, count)
 
     def _move(
         self,
@@ -343,30 +353,22 @@ class Transitions:
             }
         )
 
-    def _log_rows(
-        self,
-        current: PostStatus,
-        target: PostStatus,
-        count: int,
-        place: Any,
-        post_id: Any,
-        why: Any,
-        order: tuple[Any, ...],
-    ) -> None:
-        """Log a bulk move in one INSERT … SELECT: an event per post (`post_id`, `why`, and
-        `place`, 0, 1, … in the move's `order`), none of them built in Python."""
+    def _log_staged(self, current: PostStatus, target: PostStatus, count: int) -> None:
+        """Log the staged posts' move in one INSERT … SELECT: an event per post, numbered in
+        the rows' order, none of them built in Python."""
         first = self._take_seq(count)
         events = EventRecord.__table__  # type: ignore[attr-defined]
+        staged = STAGED_MOVES.c
         rows = sql_select(
             literal(self._month, events.c.month.type),
-            literal(first, Integer) + place,
+            literal(first, Integer) + staged.n,
             literal(EntityKind.POST, events.c.entity.type),
-            post_id,
+            staged.pid,
             literal(current, events.c.from_status.type),
             literal(target, events.c.to_status.type),
-            why,
+            staged.why,
             literal(utcnow(), events.c.at.type),
-        ).order_by(*order)
+        ).order_by(staged.n)
         columns = ["month", "seq", "entity", "entity_id", "from_status", "to_status", "why", "at"]
         self._session.connection().execute(insert(events).from_select(columns, rows))
 
