@@ -208,3 +208,18 @@ def test_a_batch_costs_the_database_the_same_in_a_small_and_in_a_big_month(tmp_p
         steps[n] = counted[0]
         ledger.close()
     assert steps[20_000] <= 1.5 * steps[1_000], steps
+
+
+@sqlite_ledger_only
+def test_planning_a_month_costs_the_database_in_proportion_to_its_posts(tmp_path: Any) -> None:
+    """A plan's SQLite steps grow with the month, not with its square: a move into batches
+    once joined each post to every batch's ids (a 100 000-post plan never ended)."""
+    steps = {}
+    for n in (1_000, 4_000):
+        ledger = Ledger(f"sqlite:///{tmp_path / f'ledger-{n}.db'}")
+        ledger.sync_posts(MONTH, month_of_posts(n), model="m", prompt="p")
+        with sqlite_steps(ledger) as counted:
+            ledger.plan(MONTH, max_posts=25, max_chars=10_000)
+        steps[n] = counted[0]
+        ledger.close()
+    assert steps[4_000] <= 6 * steps[1_000], steps  # 4x the posts; quadratic would be 16x
