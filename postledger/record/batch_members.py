@@ -1,9 +1,9 @@
 """The posts named by a range of a month's batches, as rows (batch_id, seq, post_id, place),
 read by the database from each batch's own list of post ids (a JSON array).
 
-Why: planning moves every pending post of a month into the batches it has just written. Sent
-as 100 000 (post id, batch id) pairs, the move cost the plan a third of its time in this
-process and a staged table on the database; the batches already hold the pairs.
+Why: planning moves every pending post of a month into the batches it has just written. Built
+in Python and copied to the database, 100 000 (post id, batch id) pairs cost the plan a third
+of its own time; the batches already hold them, and the database stages them itself.
 """
 
 from __future__ import annotations

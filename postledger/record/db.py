@@ -285,8 +285,7 @@ STAGED_MOVES = Table(
 def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> Table:
     """`rows` (keys n, the row's place in the move, then pid, why, into) in `STAGED_MOVES`, in
     the open transaction: by COPY on PostgreSQL, an executemany a chunk at a time elsewhere."""
-    STAGED_MOVES.create(connection, checkfirst=True)
-    connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
+    _empty_staged_moves(connection)
     with rows_into(connection, STAGED_MOVES) as insert_rows:
         for chunk in chunks(rows):
             insert_rows(chunk)
@@ -296,10 +295,14 @@ def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> T
 def staged_from(connection: Connection, rows: Select[Any]) -> Table:
     """The rows of `rows` (columns n, pid, why, into) in `STAGED_MOVES`, in the open
     transaction, by one INSERT … SELECT: a move the database can name by itself."""
-    STAGED_MOVES.create(connection, checkfirst=True)
-    connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
+    _empty_staged_moves(connection)
     connection.execute(insert(STAGED_MOVES).from_select(["n", "pid", "why", "into"], rows))
     return STAGED_MOVES
+
+
+def _empty_staged_moves(connection: Connection) -> None:
+    STAGED_MOVES.create(connection, checkfirst=True)
+    connection.execute(STAGED_MOVES.delete())  # an earlier move of the same transaction
 
 
 def execute_many(
