@@ -84,6 +84,7 @@ def run_month(
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         if server is not None:
             server.wait_ready()
+            server.on_unexpected_exit(lambda code: _without_its_server(console, month, code))
         ledger = Ledger(settings.resolved_database_url())
         before = progress_of(ledger, month)
         stopped: str | None = None
@@ -116,3 +117,15 @@ def run_month(
         highlight=False,
     )
     return 0 if report["unfinished"] == 0 and not stopped else 1
+
+
+def _without_its_server(console: Console, month: str, code: int) -> None:
+    """The local server died under the run: without it the run can neither go on nor report
+    its end (it would retry for a minute), so it ends now, as a crash would. What it had in
+    flight is in the ledger, `running`, for the next run to look at before it sends anything."""
+    console.print(
+        f"[red]Prefect's local server stopped unexpectedly (exit code {code}); this run cannot "
+        "go on without it and stops now. Batches in flight are left to the next run, which "
+        f"looks at them before sending anything: postledger run --month {month}[/]"
+    )
+    os._exit(1)

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,6 +40,7 @@ from typing import Any
 from flows.server_logs import plain_server_logs
 from postledger.children import (
     QuietStop,
+    on_unexpected_exit,
     start_child,
     stop_child,
     wait_answering,
@@ -255,6 +256,10 @@ class LocalServer:
         self._process = process
         self._timeout = timeout
         self._ready = False
+
+    def on_unexpected_exit(self, then: Callable[[int], None]) -> None:
+        """`then(exit code)` if the server exits before this run stops it."""
+        on_unexpected_exit(self._process, then)
 
     def wait_ready(self) -> str:
         """The API URL, once the server answers; RuntimeError if it does not."""

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # The read end's file descriptor number, in the child's environment.
@@ -90,8 +90,24 @@ def watch_parent() -> None:
     threading.Thread(target=wait_for_parent, name="postledger-lifeline", daemon=True).start()
 
 
+def on_unexpected_exit(process: subprocess.Popen[Any], then: Callable[[int], None]) -> None:
+    """Call `then(exit code)`, in a thread of its own, if the child exits before `stop_child`
+    asks it to (a crash, the OOM killer, a signal meant for it alone)."""
+
+    def watch() -> None:
+        code = process.wait()
+        if process.pid not in _STOPPING:
+            then(code)
+
+    threading.Thread(target=watch, name="postledger-child-watch", daemon=True).start()
+
+
+_STOPPING: set[int] = set()  # the children `stop_child` was asked to stop
+
+
 def stop_child(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """Ask the child to stop, and make it stop if it does not within `timeout`."""
+    _STOPPING.add(process.pid)
     process.terminate()
     try:
         process.wait(timeout=timeout)

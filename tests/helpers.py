@@ -134,6 +134,37 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (Linux: from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()  # after "(command name)": state, ppid, ...
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def command_line(pid: int) -> str:
+    """The command line of process `pid`, its arguments joined by spaces (Linux: from /proc)."""
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
+    except OSError:
+        return ""
+
+
 class Processes:
     """`postledger` processes started in one folder with one environment; each in a process
     group of its own, so that the group can be killed (its local server and simulator, in

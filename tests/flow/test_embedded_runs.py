@@ -18,7 +18,14 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import Processes, child_env, migrated_prefect_home, posts_file
+from tests.helpers import (
+    Processes,
+    child_env,
+    children_of,
+    is_alive,
+    migrated_prefect_home,
+    posts_file,
+)
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -50,29 +57,6 @@ def processes(
 def posts(folder: Path, month: str, count: int) -> str:
     path = folder / f"{month}.jsonl"
     return str(posts_file(path, count, ids=month + "-{:02d}", text="The app logs me out, case {}."))
-
-
-def children_of(pid: int) -> list[int]:
-    """The live processes whose parent is `pid` (Linux: from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()  # after "(command name)": state, ppid, ...
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # The local server's lock, its children's lifeline, the slots a killed run left: Prefect's side.

@@ -19,7 +19,16 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import MONTH, Processes, Sim, child_env, posts_file, start_sim
+from tests.helpers import (
+    MONTH,
+    Processes,
+    Sim,
+    child_env,
+    children_of,
+    command_line,
+    posts_file,
+    start_sim,
+)
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 POSTS = 30  # ten batches of three
@@ -137,4 +146,26 @@ def test_a_second_ctrl_c_stops_at_once_and_the_next_run_polls_what_was_in_flight
     assert len(in_flight) == 2 and len(sim.charges()) == 2
     sim.hold(False)
     # Polling a known task is free; the run is told so up front.
+    assert_the_next_run_finishes_paying_each_batch_once(run, sim, "--poll")
+
+
+def test_a_run_whose_server_dies_ends_at_once_and_the_next_run_goes_on(run: Run, sim: Sim) -> None:
+    """The local Prefect server killed under the run (as the OOM killer would): the run cannot
+    go on nor report its end without it; it says so and ends, its batches in flight left to
+    the next run."""
+    sim.hold(True)
+    first = run.month("first")
+    run.wait_for_ledger(
+        "first",
+        run.ledger_url,
+        lambda ledger: (
+            sum(1 for b in ledger.batches(MONTH, BatchStatus.RUNNING) if b.upstream_task_id) == 2
+        ),
+        what="two batches in flight with their task ids",
+    )
+    (server,) = [pid for pid in children_of(first.pid) if "local_server" in command_line(pid)]
+    os.kill(server, signal.SIGKILL)
+    assert ended(first, within=15) == 1, run.output("first")
+    assert "Prefect's local server stopped unexpectedly (exit code -9)" in run.flat("first")
+    sim.hold(False)
     assert_the_next_run_finishes_paying_each_batch_once(run, sim, "--poll")
