@@ -93,6 +93,22 @@ def assert_the_next_run_finishes_paying_each_batch_once(run: Run, sim: Sim, *opt
     assert set(sim.charged_per_post().values()) == {1}
 
 
+def two_batches_held_in_flight(run: Run, sim: Sim) -> subprocess.Popen[bytes]:
+    """The run started, once both its slots hold a batch whose task id is saved; the simulator
+    ends no task until released."""
+    sim.hold(True)
+    first = run.month("first")
+    run.wait_for_ledger(
+        "first",
+        run.ledger_url,
+        lambda ledger: (
+            sum(1 for b in ledger.batches(MONTH, BatchStatus.RUNNING) if b.upstream_task_id) == 2
+        ),
+        what="two batches in flight with their task ids",
+    )
+    return first
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stop_lets_the_batches_in_flight_finish_and_the_next_run_goes_on(
     run: Run, sim: Sim, sig: signal.Signals
@@ -124,16 +140,7 @@ def test_a_stop_lets_the_batches_in_flight_finish_and_the_next_run_goes_on(
 def test_a_second_ctrl_c_stops_at_once_and_the_next_run_polls_what_was_in_flight(
     run: Run, sim: Sim
 ) -> None:
-    sim.hold(True)  # no task ends: both slots stay taken
-    first = run.month("first")
-    run.wait_for_ledger(
-        "first",
-        run.ledger_url,
-        lambda ledger: (
-            sum(1 for b in ledger.batches(MONTH, BatchStatus.RUNNING) if b.upstream_task_id) == 2
-        ),
-        what="two batches in flight with their task ids",
-    )
+    first = two_batches_held_in_flight(run, sim)
     os.killpg(first.pid, signal.SIGINT)
     time.sleep(0.5)
     os.killpg(first.pid, signal.SIGINT)
@@ -153,16 +160,7 @@ def test_a_run_whose_server_dies_ends_at_once_and_the_next_run_goes_on(run: Run,
     """The local Prefect server killed under the run (as the OOM killer would): the run cannot
     go on nor report its end without it; it says so and ends, its batches in flight left to
     the next run."""
-    sim.hold(True)
-    first = run.month("first")
-    run.wait_for_ledger(
-        "first",
-        run.ledger_url,
-        lambda ledger: (
-            sum(1 for b in ledger.batches(MONTH, BatchStatus.RUNNING) if b.upstream_task_id) == 2
-        ),
-        what="two batches in flight with their task ids",
-    )
+    first = two_batches_held_in_flight(run, sim)
     (server,) = [pid for pid in children_of(first.pid) if "local_server" in command_line(pid)]
     os.kill(server, signal.SIGKILL)
     assert ended(first, within=15) == 1, run.output("first")
