@@ -25,32 +25,29 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-_asked = threading.Event()
-_why: list[str] = []
+_why: list[str] = []  # why the run was asked to stop; empty while it was not
 _handler: list[Callable[[int, FrameType | None], None]] = []  # while `stopping_on_signals` lasts
 
 
 def stop_asked() -> str | None:
     """Why the run was asked to stop, if it was."""
-    return _why[0] if _asked.is_set() else None
+    return _why[0] if _why else None
 
 
 def ask_to_stop(why: str) -> None:
-    if not _asked.is_set():
-        _why[:] = [why]
-        _asked.set()
+    if not _why:
+        _why.append(why)
 
 
 @contextmanager
 def stopping_on_signals(say: Callable[[str], None]) -> Iterator[None]:
     """While this lasts (in the main thread), SIGINT and SIGTERM ask the run to stop; the
     second stops the process at once (exit code 130). `say` tells the person what happens."""
-    _asked.clear()
     _why.clear()
 
     def on_signal(number: int, _frame: FrameType | None) -> None:
         name = "Ctrl-C" if number == signal.SIGINT else signal.Signals(number).name
-        if _asked.is_set():
+        if _why:
             say(f"{name} again: stopping now. The batches in flight are left to the next run.")
             os._exit(130)  # the children stop by their lifeline (postledger/children.py)
         ask_to_stop(f"{name} asked it to stop")

@@ -209,11 +209,10 @@ class Transitions:
             into=row.into if into_batches else None,
         )
         if staged:
-            moved = int(connection.execute(statement).rowcount)
-            self._log_staged(current, target, len(rows))
+            self._move_staged(statement, current, target, len(rows))
         else:
             moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
-        _all_moved(moved, len(rows), current, target)
+            _all_moved(moved, len(rows), current, target)
 
     def posts_into_batches(self, first_seq: int, last_seq: int, count: int) -> None:
         """Move the `count` pending posts that the month's batches `first_seq` to `last_seq`
@@ -237,9 +236,15 @@ class Transitions:
             ),
         ).c
         statement = self._move(P.PENDING, P.QUEUED, row.pid, why=row.why, into=row.into)
-        moved = int(connection.execute(statement).rowcount)
-        _all_moved(moved, count, P.PENDING, P.QUEUED)
-        self._log_staged(P.PENDING, P.QUEUED, count)
+        self._move_staged(statement, P.PENDING, P.QUEUED, count)
+
+    def _move_staged(
+        self, statement: Update, current: PostStatus, target: PostStatus, count: int
+    ) -> None:
+        """Run a move joined to the staged rows, check that each of them moved, log them."""
+        moved = int(self._session.connection().execute(statement).rowcount)
+        _all_moved(moved, count, current, target)
+        self._log_staged(current, target, count)
 
     def _move(
         self,
