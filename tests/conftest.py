@@ -238,11 +238,13 @@ def ledger_url(
         url = f"sqlite:///{tmp_path / 'ledger.db'}"
         monkeypatch.setenv("POSTLEDGER_DATABASE_URL", url)
         yield url
+        helpers.assert_post_counts_kept(url)
         return
     with helpers.fresh_ledger_database(request.getfixturevalue("pg_server")) as url:
         monkeypatch.setenv("POSTLEDGER_SPILL_PATH", str(tmp_path / "ledger.db.spill.jsonl"))
         monkeypatch.setenv("POSTLEDGER_DATABASE_URL", url)
         yield url
+        helpers.assert_post_counts_kept(url)
 
 
 @pytest.fixture
@@ -265,14 +267,17 @@ def pg_ledger_url(pg_server: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
     with helpers.fresh_database("postledger_test", pg_server) as url:
         yield url
+        helpers.assert_post_counts_kept(url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.db'}"
-    url: str = request.getfixturevalue("pg_ledger_url")
-    return url
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+        yield url
+        helpers.assert_post_counts_kept(url)
+        return
+    yield request.getfixturevalue("pg_ledger_url")  # checked by that fixture
 
 
 # --- the simulator ---------------------------------------------------------------------------

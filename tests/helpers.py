@@ -533,6 +533,41 @@ _ledger_templates: dict[str, str] = {}  # admin URL -> this process's template d
 _emptied: dict[str, list[str]] = {}
 
 
+def recount_posts(session: Any) -> None:
+    """After a test wrote posts into the ledger directly (as no code of postledger does: the
+    state machine moves them), the kept counts made those of the posts, as migration 0012
+    first made them."""
+    from sqlalchemy import text
+
+    session.execute(text("DELETE FROM post_counts"))
+    session.execute(
+        text(
+            "INSERT INTO post_counts (month, status, posts) "
+            "SELECT month, status, count(*) FROM posts GROUP BY month, status"
+        )
+    )
+    session.commit()
+
+
+def assert_post_counts_kept(url: str) -> None:
+    """The counts of posts by state that the state machine keeps (`post_counts`) are those of
+    the posts, for every month of the ledger at `url`. Checked at the end of every test that
+    has a ledger: whatever it did (crashes, spills, recoveries, bisections), the counts hold.
+    A ledger that is not there, cannot be read or is of an older schema is not checked."""
+    from postledger.record.migrate import SchemaMismatch
+    from postledger.record.plain import LedgerUnreadable, read_only
+
+    try:
+        with read_only(url) as reader:
+            if reader is None:
+                return
+            kept = reader.rows("SELECT month, status, posts FROM post_counts WHERE posts <> 0")
+            counted = reader.rows("SELECT month, status, count(*) FROM posts GROUP BY 1, 2")
+    except (SchemaMismatch, LedgerUnreadable):
+        return
+    assert sorted(kept) == sorted(counted), f"kept {sorted(kept)}, counted {sorted(counted)}"
+
+
 @contextlib.contextmanager
 def fresh_ledger_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
     """A PostgreSQL database holding an empty ledger of the newest schema; yields its URL.

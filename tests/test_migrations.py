@@ -15,6 +15,7 @@ from sqlmodel import SQLModel
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
 from postledger.record.migrate import SchemaMismatch, alembic_config, head_revision
+from postledger.record.models import PostStatus
 from tests.helpers import ledger_at_baseline
 
 
@@ -175,3 +176,35 @@ def test_the_index_by_batch_was_made_partial_and_is_dropped_at_the_head(
     Ledger(any_ledger_url).close()  # upgrades to the head
     assert batch_index_condition() == "gone"
     engine.dispose()
+
+
+def test_a_ledger_gets_its_post_counts_from_its_posts(any_ledger_url: str) -> None:
+    """0012 keeps a month's post counts as rows: an older ledger's are counted from its posts,
+    every month and state, and the state machine keeps them from there."""
+    from tests.helpers import settle_next_batch
+
+    ledger = Ledger(any_ledger_url)
+    for month, n in (("2026-09", 3), ("2026-10", 30)):
+        posts = [Post(f"p{i}", f"post {i}", i + 1) for i in range(n)]
+        ledger.sync_posts(month, posts, model="m", prompt="p")
+    ledger.plan("2026-10", max_posts=25, max_chars=10_000)
+    settle_next_batch(ledger, "2026-10")
+    ledger.close()
+    engine = create_engine(any_ledger_url)
+    with engine.begin() as connection:  # the ledger as 0011 left it
+        connection.execute(text("DROP INDEX ix_posts_retried"))
+        connection.execute(text("DROP TABLE post_counts"))
+        connection.execute(text("UPDATE alembic_version SET version_num = '0011'"))
+    engine.dispose()
+
+    ledger = Ledger(any_ledger_url)
+    assert ledger.schema_revision() == head_revision()
+    assert {
+        m: {s: n for s, n in ledger.counts(m).items() if n} for m in ("2026-09", "2026-10")
+    } == {
+        "2026-09": {PostStatus.PENDING: 3},
+        "2026-10": {PostStatus.COMPLETED: 25, PostStatus.QUEUED: 5},
+    }
+    settle_next_batch(ledger, "2026-10")
+    assert ledger.counts("2026-10")[PostStatus.COMPLETED] == 30
+    ledger.close()

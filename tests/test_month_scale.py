@@ -223,3 +223,42 @@ def test_planning_a_month_costs_the_database_in_proportion_to_its_posts(tmp_path
         steps[n] = counted[0]
         ledger.close()
     assert steps[4_000] <= 6 * steps[1_000], steps  # 4x the posts; quadratic would be 16x
+
+
+@sqlite_ledger_only
+def test_status_reads_as_much_of_a_month_of_many_posts_as_of_few(tmp_path: Any) -> None:
+    """`postledger status` and a run's progress bar (twice a second) read the month's post
+    counts, not its posts: as many SQLite steps for 20 000 posts as for 1 000, give or take, in
+    as many batches, three of them done. (Every post of the month was once counted at every
+    look; a month's batches are still read, 4 000 at 100 000 posts.)"""
+    import sqlite3
+
+    from postledger.progress.status import progress, status
+    from postledger.record.plain import Reader
+
+    steps = {}
+    for n in (1_000, 20_000):
+        path = tmp_path / f"ledger-{n}.db"
+        ledger = Ledger(f"sqlite:///{path}")
+        ledger.sync_posts(MONTH, month_of_posts(n), model="m", prompt="p")
+        ledger.plan(MONTH, max_posts=n // 40, max_chars=1_000_000)
+        for _ in range(3):
+            settle_next_batch(ledger, MONTH)
+        ledger.close()
+        connection = sqlite3.connect(path)
+        counted = [0]
+
+        def count(counted: list[int] = counted) -> int:
+            counted[0] += 1
+            return 0  # go on
+
+        connection.set_progress_handler(count, 100)
+        reader = Reader(connection, postgres=False)
+        report, light = status(reader, MONTH), progress(reader, MONTH)
+        connection.close()
+        assert report is not None and light is not None
+        assert report["total"] == light["total"] == n
+        assert report["completed"] == light["completed"] == 3 * n // 40
+        assert report["batches"]["completed"] == 3 and report["batches"]["queued"] == 37
+        steps[n] = counted[0]
+    assert steps[20_000] <= 1.5 * steps[1_000], steps

@@ -24,6 +24,7 @@ from postledger.record.states import (
     IllegalTransition,
     Transitions,
 )
+from tests.helpers import recount_posts
 
 POST_PAIRS = list(itertools.product(PostStatus, PostStatus))
 BATCH_PAIRS = list(itertools.product(BatchStatus, BatchStatus))
@@ -43,6 +44,7 @@ def test_post_transition(ledger: Ledger, current: PostStatus, target: PostStatus
         )
         session.add(post)
         session.commit()
+        recount_posts(session)
         moves = Transitions(session, "2026-10")
         if target in POST_TRANSITIONS[current]:
             moves.post(post, target, "test", failure=_failure(target))
@@ -170,6 +172,7 @@ def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(
                 )
             )
         session.commit()
+        recount_posts(session)
         moves = Transitions(session, "2026-10")
         moves.noted(EntityKind.POST, "p2", PostStatus.QUEUED, "logged before the move")
         changes = [PostChange("p0", "first", "2026-10-b0001"), PostChange("p1", "second", "b2")]

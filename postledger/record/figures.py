@@ -12,6 +12,7 @@ from datetime import datetime
 
 from postledger.guards.spend import SpendGroup, summed
 from postledger.record.kinds import (
+    RETRIED,
     Answer,
     BatchStatus,
     FailureKind,
@@ -70,27 +71,26 @@ class AskedQuestion:
 
 
 def post_counts(reader: Reader, month: str) -> dict[PostStatus, int]:
-    """How many of the month's posts are in each state (every state, zero included)."""
-    rows = reader.rows("SELECT status, count(*) FROM posts WHERE month = ? GROUP BY status", month)
+    """How many of the month's posts are in each state (every state, zero included): the
+    month's rows of the counts the state machine keeps (`postledger.record.post_counts`)."""
+    rows = reader.rows("SELECT status, posts FROM post_counts WHERE month = ?", month)
     counts = {status: 0 for status in PostStatus}
     counts.update({PostStatus[name]: int(n) for name, n in rows})
     return counts
 
 
 def post_figures(reader: Reader, month: str) -> PostFigures:
-    """The month's posts in numbers, in one pass over them (`post_counts` reads only the
-    index, but the retries are in the rows)."""
-    rows = reader.rows(
-        "SELECT status, count(*), sum(CASE WHEN attempts > 1 THEN attempts - 1 ELSE 0 END), "
-        "sum(requeues) FROM posts WHERE month = ? GROUP BY status",
+    """The month's posts in numbers: the kept counts, and the retries summed over the few
+    posts that had one (the partial index `ix_posts_retried` holds just those)."""
+    business, requeues = reader.one(
+        "SELECT sum(CASE WHEN attempts > 1 THEN attempts - 1 ELSE 0 END), sum(requeues) "
+        f"FROM posts WHERE month = ? AND ({RETRIED})",
         month,
     )
-    counts = {status: 0 for status in PostStatus}
-    counts.update({PostStatus[name]: int(n) for name, n, _, _ in rows})
     return PostFigures(
-        counts,
-        business_retries=sum(int(business or 0) for _, _, business, _ in rows),
-        requeues=sum(int(requeues or 0) for _, _, _, requeues in rows),
+        post_counts(reader, month),
+        business_retries=int(business or 0),
+        requeues=int(requeues or 0),
     )
 
 

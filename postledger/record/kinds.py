@@ -20,6 +20,11 @@ def month_of(batch_id: str) -> str:
     return batch_id.split("-b", 1)[0]
 
 
+# A post with a business retry or an unpaid requeue (one in a few hundred of a month, usually):
+# what the partial index `ix_posts_retried` holds, and how a query asks for it (as written).
+RETRIED = "attempts > 1 OR requeues > 0"
+
+
 class PostStatus(StrEnum):
     """The seven states of a post (R1, docs/rules.md)."""
 

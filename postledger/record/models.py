@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Text
+from sqlalchemy import JSON, Column, Index, Text, text
 from sqlalchemy.types import DateTime, TypeDecorator
 from sqlmodel import Field, SQLModel
 
 from postledger.record.kinds import (
+    RETRIED,
     Answer,
     BatchStatus,
     BreakerLevel,
@@ -73,8 +74,14 @@ class PostRecord(SQLModel, table=True):
 
     __tablename__ = "posts"
     # Planning reads a month's pending posts in file order (migration 0004). A batch's posts are
-    # found by key among the batch's own post ids: no index by batch (migration 0011).
-    __table_args__ = (Index("ix_posts_month_status_position", "month", "status", "position"),)
+    # found by key among the batch's own post ids: no index by batch (migration 0011). The few
+    # posts retried or requeued are found by the partial index, for the month's sums (0012).
+    __table_args__ = (
+        Index("ix_posts_month_status_position", "month", "status", "position"),
+        Index(
+            "ix_posts_retried", "month", sqlite_where=text(RETRIED), postgresql_where=text(RETRIED)
+        ),
+    )
 
     month: str = Field(primary_key=True, max_length=7)
     post_id: str = Field(primary_key=True)
@@ -109,6 +116,18 @@ class PostRecord(SQLModel, table=True):
     not_before: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class PostCountRecord(SQLModel, table=True):
+    """How many of a month's posts are in one state: kept by the state machine in the
+    transaction that moves them (`postledger.record.post_counts`), so that a month's counts
+    are a few rows read, not a month of posts counted (migration 0012)."""
+
+    __tablename__ = "post_counts"
+
+    month: str = Field(primary_key=True, max_length=7)
+    status: PostStatus = Field(primary_key=True)
+    posts: int = 0
 
 
 class BatchRecord(SQLModel, table=True):

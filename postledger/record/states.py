@@ -39,6 +39,7 @@ from postledger.record.models import (
     PostStatus,
     utcnow,
 )
+from postledger.record.post_counts import CountChanges
 
 P = PostStatus
 B = BatchStatus
@@ -137,6 +138,8 @@ class Transitions:
         self._month = month
         self._next_seq: int | None = None
         self._events: list[dict[str, object]] = []
+        # What the logged moves of posts change in the month's counts, written with them.
+        self._counts = CountChanges()
         # Logged events reach the database with the session's next flush or commit.
         event.listen(session, "before_flush", self.write_events)
         event.listen(session, "before_commit", self.write_events)
@@ -315,6 +318,8 @@ class Transitions:
         if not entity_ids:
             return
         self.write_events()  # the events logged before these keep their place
+        if entity is EntityKind.POST:
+            self._counts.moved(None, status, len(entity_ids))
         first = self._take_seq(len(entity_ids))
         at = utcnow()
         events = EventRecord.__table__  # type: ignore[attr-defined]
@@ -345,6 +350,8 @@ class Transitions:
     def _log(
         self, entity: EntityKind, entity_id: str, current: str | None, target: str, why: str
     ) -> None:
+        if entity is EntityKind.POST:
+            self._counts.moved(current, target)
         self._events.append(
             {
                 "month": self._month,
@@ -361,6 +368,7 @@ class Transitions:
     def _log_staged(self, current: PostStatus, target: PostStatus, count: int) -> None:
         """Log the staged posts' move in one INSERT … SELECT: an event per post, numbered in
         the rows' order, none of them built in Python."""
+        self._counts.moved(current, target, count)
         first = self._take_seq(count)
         events = EventRecord.__table__  # type: ignore[attr-defined]
         staged = STAGED_MOVES.c
@@ -392,11 +400,13 @@ class Transitions:
         """Insert the logged events in one statement: a batch moves 25 posts at once, and an
         ORM object per event cost more than the rest of the transaction. Called at the
         session's flush and commit, and by a long step (a month's sync) to keep only a chunk
-        of them in memory."""
+        of them in memory. The month's post counts are brought up to date with them."""
         if self._events:
             events = EventRecord.__table__  # type: ignore[attr-defined]
             insert_many(self._session.connection(), events, self._events)
             self._events = []
+        if self._counts:
+            self._counts.write(self._session.connection(), self._month)
 
 
 def move_breaker(
