@@ -872,6 +872,12 @@ UPSTREAM_KINDS = (
 )
 
 
+# The tests' calls to their simulators on loopback, through one client: each new httpx client
+# (`httpx.get` makes one per call) loads the whole CA bundle into a TLS context, ~30 ms of CPU
+# that plain HTTP never uses, and a test asks its simulator several times.
+_LOOPBACK = httpx.Client()
+
+
 class Sim:
     """A running simulator and its evidence endpoints."""
 
@@ -884,11 +890,11 @@ class Sim:
         return self.url.removeprefix("http://")
 
     def charges(self) -> list[dict[str, Any]]:
-        charges: list[dict[str, Any]] = httpx.get(f"{self.url}/_sim/charges").json()["charges"]
+        charges: list[dict[str, Any]] = _LOOPBACK.get(f"{self.url}/_sim/charges").json()["charges"]
         return charges
 
     def stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = httpx.get(f"{self.url}/_sim/stats").json()
+        stats: dict[str, Any] = _LOOPBACK.get(f"{self.url}/_sim/stats").json()
         return stats
 
     def creates(self) -> int:
@@ -900,14 +906,14 @@ class Sim:
     def set_faults(self, rules: list[dict[str, Any]], seed: int = 0) -> None:
         """A new fault plan in force (its counts start again); `[]`: no more faults."""
         plan = {"seed": seed, "rules": rules}
-        httpx.post(f"{self.url}/_sim/faults", json=plan).raise_for_status()
+        _LOOPBACK.post(f"{self.url}/_sim/faults", json=plan).raise_for_status()
 
     def clear_faults(self) -> None:
         self.set_faults([])
 
     def hold(self, held: bool) -> None:
         """No task ends while held; released, each ends one latency later."""
-        httpx.post(f"{self.url}/_sim/hold", json={"held": held}).raise_for_status()
+        _LOOPBACK.post(f"{self.url}/_sim/hold", json={"held": held}).raise_for_status()
 
 
 class _Simulators:
@@ -947,7 +953,7 @@ class _Simulators:
         url = self._take(kind)
         try:
             reset = {"latency": latency, "seed": seed, "honour_keys": honour_keys, "faults": faults}
-            answer = httpx.post(f"{url}/_sim/reset", json=reset, timeout=30)
+            answer = _LOOPBACK.post(f"{url}/_sim/reset", json=reset, timeout=30)
             if answer.status_code == 422:
                 raise RuntimeError(f"the simulator did not start (it said {answer.text!r})")
             answer.raise_for_status()
@@ -961,7 +967,7 @@ class _Simulators:
         while self._idle.get(kind):
             url = self._idle[kind].pop()
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/_sim/stats", timeout=5).is_success:
+                if _LOOPBACK.get(f"{url}/_sim/stats", timeout=5).is_success:
                     return url  # (one that died is left to the session's end)
         api_key, create_delay = kind
         return self._running.enter_context(
