@@ -151,8 +151,8 @@ def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(
 ) -> None:
     """`posts_by_id` on either ledger, both ways (on PostgreSQL a big move is one UPDATE
     joined to the rows COPYed in; `staged` makes these few rows count as big): each post gets
-    its own reason and batch; if one is not in the expected state any more, the transaction
-    fails and nothing moves."""
+    its own reason; if one is not in the expected state any more, the transaction fails and
+    nothing moves."""
     from postledger.record import states
     from postledger.record.states import LedgerConflict, PostChange
 
@@ -175,7 +175,7 @@ def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(
         recount_posts(session)
         moves = Transitions(session, "2026-10")
         moves.noted(EntityKind.POST, "p2", PostStatus.QUEUED, "logged before the move")
-        changes = [PostChange("p0", "first", "2026-10-b0001"), PostChange("p1", "second", "b2")]
+        changes = [PostChange("p0", "first"), PostChange("p1", "second")]
         moves.posts_by_id(PostStatus.PENDING, PostStatus.QUEUED, changes)
         moves.noted(EntityKind.POST, "p2", PostStatus.QUEUED, "logged after the move")
         session.commit()
@@ -190,14 +190,13 @@ def test_a_bulk_move_moves_each_post_once_and_fails_whole_if_one_moved_on(
             (3, EntityKind.POST, "p1", PostStatus.PENDING, PostStatus.QUEUED),
             (4, EntityKind.POST, "p2", PostStatus.QUEUED, PostStatus.QUEUED),
         ]
-        got = {p.post_id: (p.status, p.batch_id) for p in session.exec(select(PostRecord))}
-        assert got["p0"] == (PostStatus.QUEUED, "2026-10-b0001")
-        assert got["p1"] == (PostStatus.QUEUED, "b2")
+        got = {p.post_id: p.status for p in session.exec(select(PostRecord))}
+        assert got == dict.fromkeys(("p0", "p1", "p2"), PostStatus.QUEUED)
         whys = {e.entity_id: e.why for e in session.exec(select(EventRecord))}
         assert (whys["p0"], whys["p1"]) == ("first", "second")
 
         # p9 is not in the month at all: the move of p0 with it must not happen either.
-        stale = [PostChange("p0", "again", None), PostChange("p9", "not there", None)]
+        stale = [PostChange("p0", "again"), PostChange("p9", "not there")]
         with pytest.raises(LedgerConflict):
             Transitions(session, "2026-10").posts_by_id(
                 PostStatus.QUEUED, PostStatus.PENDING, stale

@@ -283,7 +283,7 @@ STAGED_MOVES = Table(
 
 
 def staged_moves(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> Table:
-    """`rows` (keys n, the row's place in the move, then pid, why, into) in `STAGED_MOVES`, in
+    """`rows` (keys n, the row's place in the move, then pid and why) in `STAGED_MOVES`, in
     the open transaction: by COPY on PostgreSQL, an executemany a chunk at a time elsewhere."""
     _empty_staged_moves(connection)
     with rows_into(connection, STAGED_MOVES) as insert_rows:

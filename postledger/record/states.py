@@ -98,16 +98,15 @@ class IllegalTransition(RuntimeError):
 # smaller one, such as the few posts of a retry, stays one executemany: a round trip or two.
 STAGE_FROM = 1_000
 # The executemany's parameters, by the names the staged table gives its columns.
-_BOUND = SimpleNamespace(pid=bindparam("pid"), why=bindparam("why"), into=bindparam("into"))
+_BOUND = SimpleNamespace(pid=bindparam("pid"), why=bindparam("why"))
 
 
 class PostChange(NamedTuple):
     """One post of a bulk move (`Transitions.posts_by_id`), and why it moves. A tuple: a
-    month's plan makes 100 000 of them."""
+    month's plan may fail thousands of them at once (too long, no paid attempt left)."""
 
     post_id: str
     why: str
-    batch_id: str | None = None  # the batch it is planned into, when it is
 
 
 class LedgerConflict(RuntimeError):
@@ -183,14 +182,8 @@ class Transitions:
             raise IllegalTransition(EntityKind.POST, changes[0].post_id, current, target)
         if (target is P.FAILED) != (failure is not None):
             raise ValueError("a failed post needs a failure kind, and only a failed post has one")
-        into_batches = changes[0].batch_id is not None
-        if any((change.batch_id is not None) != into_batches for change in changes):
-            raise ValueError("either every change of a bulk move names a batch, or none")
-        # Numbered for the staged path's events; the bound path binds only pid, why and into.
-        rows = [
-            {"n": n, "pid": c.post_id, "why": c.why, "into": c.batch_id}
-            for n, c in enumerate(changes)
-        ]
+        # Numbered for the staged path's events; the bound path binds only pid and why.
+        rows = [{"n": n, "pid": c.post_id, "why": c.why} for n, c in enumerate(changes)]
         connection = self._session.connection()
         # Each row's values: from a table the rows were staged in, joined by one UPDATE and
         # logged by one INSERT … SELECT (a month's plan), or bound per row of an executemany
@@ -203,14 +196,7 @@ class Transitions:
             for change in changes:
                 self._log(EntityKind.POST, change.post_id, current, target, change.why)
             row = _BOUND
-        statement = self._move(
-            current,
-            target,
-            row.pid,
-            why=row.why,
-            failure=failure,
-            into=row.into if into_batches else None,
-        )
+        statement = self._move(current, target, row.pid, why=row.why, failure=failure)
         if staged:
             self._move_staged(statement, current, target, len(rows))
         else:
