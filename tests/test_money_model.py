@@ -58,6 +58,7 @@ from postledger.record.models import (
     BreakerLevel,
     BreakerRecord,
     FailureKind,
+    PostCountRecord,
     PostRecord,
     PostStatus,
     Question,
@@ -686,6 +687,7 @@ class MoneyModel(RuleBasedStateMachine):
             posts = list(session.exec(select(PostRecord)))
             batches = list(session.exec(select(BatchRecord)))
             spend = list(session.exec(select(SpendRecord)))
+            kept = list(session.exec(select(PostCountRecord)))
             breaker = session.get(BreakerRecord, UPSTREAM) or BreakerRecord(upstream=UPSTREAM)
             history = list(
                 session.exec(
@@ -701,6 +703,12 @@ class MoneyModel(RuleBasedStateMachine):
                     )
                 )
             }
+        # What status and the progress bar show: the counts kept as posts move are theirs.
+        counted = Counter((p.month, p.status) for p in posts)
+        assert {(k.month, k.status): k.posts for k in kept if k.posts} == counted, (
+            f"kept counts {sorted((k.month, k.status, k.posts) for k in kept)}, "
+            f"posts {sorted(counted.items())}"
+        )
         flying = {f.batch_id for f in self.in_flight}
         self.seen = Seen(
             plannable={
