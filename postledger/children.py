@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -96,18 +97,19 @@ def on_unexpected_exit(process: subprocess.Popen[Any], then: Callable[[int], Non
 
     def watch() -> None:
         code = process.wait()
-        if process.pid not in _STOPPING:
+        if process not in _STOPPING:
             then(code)
 
     threading.Thread(target=watch, name="postledger-child-watch", daemon=True).start()
 
 
-_STOPPING: set[int] = set()  # the children `stop_child` was asked to stop
+# The children `stop_child` was asked to stop (by the object: a pid may be taken again).
+_STOPPING: weakref.WeakSet[subprocess.Popen[Any]] = weakref.WeakSet()
 
 
 def stop_child(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """Ask the child to stop, and make it stop if it does not within `timeout`."""
-    _STOPPING.add(process.pid)
+    _STOPPING.add(process)
     process.terminate()
     try:
         process.wait(timeout=timeout)

@@ -134,27 +134,30 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name (state, ppid, …); None if the
+    process is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == b"Z" else fields
+
+
 def children_of(pid: int) -> list[int]:
     """The live processes whose parent is `pid` (Linux: from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()  # after "(command name)": state, ppid, ...
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and (fields := _stat(int(entry.name))) is not None
+        and int(fields[1]) == pid
+    ]
 
 
 def is_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return _stat(pid) is not None
 
 
 def command_line(pid: int) -> str:
@@ -386,12 +389,8 @@ def _marked(accept: Callable[[str], bool]) -> list[int]:
 def started_at(pid: int) -> int | None:
     """When process `pid` started (clock ticks since boot), None if it is gone or a zombie:
     with its pid, what tells it from a later process that got the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == b"Z" else int(fields[19])
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])
 
 
 def _kill_marked(accept: Callable[[str], bool], grace: float = 5.0) -> list[int]:

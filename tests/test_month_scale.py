@@ -171,18 +171,25 @@ def test_a_batch_cycle_finds_its_rows_through_indexes(tmp_path: Any) -> None:
     ledger.close()
 
 
+def count_steps(connection: Any, counted: list[int]) -> None:
+    """Add SQLite's virtual-machine steps (in hundreds) of what runs on `connection` (a
+    sqlite3 connection) to `counted[0]`."""
+
+    def count() -> int:
+        counted[0] += 1
+        return 0  # go on
+
+    connection.set_progress_handler(count, 100)
+
+
 @contextmanager
 def sqlite_steps(ledger: Ledger) -> Iterator[list[int]]:
     """SQLite's virtual-machine steps (in hundreds) of every statement the ledger runs inside:
     the work the database does, whatever the machine's speed."""
     counted = [0]
 
-    def count() -> int:
-        counted[0] += 1
-        return 0  # go on
-
     def watch(conn: Any, *_: Any) -> None:
-        conn.connection.driver_connection.set_progress_handler(count, 100)
+        count_steps(conn.connection.driver_connection, counted)
 
     event.listen(ledger.engine, "before_cursor_execute", watch)
     try:
@@ -247,12 +254,7 @@ def test_status_reads_as_much_of_a_month_of_many_posts_as_of_few(tmp_path: Any) 
         ledger.close()
         connection = sqlite3.connect(path)
         counted = [0]
-
-        def count(counted: list[int] = counted) -> int:
-            counted[0] += 1
-            return 0  # go on
-
-        connection.set_progress_handler(count, 100)
+        count_steps(connection, counted)
         reader = Reader(connection, postgres=False)
         report, light = status(reader, MONTH), progress(reader, MONTH)
         connection.close()

@@ -11,27 +11,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sqlalchemy import Connection, Executable
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, text
 
-from postledger.record.models import PostCountRecord, PostStatus
+from postledger.record.kinds import PostStatus
 
-
-def _upsert(dialect: str, rows: list[dict[str, object]]) -> Executable:
-    """Each row's count added to its month's and state's, or inserted as it is."""
-    table = PostCountRecord.__table__  # type: ignore[attr-defined]
-    key = [table.c.month, table.c.status]
-    if dialect == "postgresql":
-        pg = postgresql.insert(table).values(rows)
-        return pg.on_conflict_do_update(
-            index_elements=key, set_={"posts": table.c.posts + pg.excluded.posts}
-        )
-    if dialect == "sqlite":
-        lite = sqlite.insert(table).values(rows)
-        return lite.on_conflict_do_update(
-            index_elements=key, set_={"posts": table.c.posts + lite.excluded.posts}
-        )
-    raise NotImplementedError(f"no ledger on {dialect}: use SQLite or PostgreSQL")
+# Each state's change added to the month's count, or its first row made: the same statement on
+# SQLite (3.24 and later) and PostgreSQL. The state is stored by name, as the ORM stores it.
+_ADD = text(
+    "INSERT INTO post_counts (month, status, posts) VALUES (:month, :status, :posts) "
+    "ON CONFLICT (month, status) DO UPDATE SET posts = post_counts.posts + excluded.posts"
+)
 
 
 class CountChanges:
@@ -54,11 +43,10 @@ class CountChanges:
     def write(self, connection: Connection, month: str) -> None:
         """Add the changes to the month's counts (a row made for a state the month never had)."""
         changes = [
-            {"month": month, "status": status, "posts": n}
+            {"month": month, "status": status.name, "posts": n}
             for status, n in self._by_status.items()
             if n
         ]
         self._by_status.clear()
-        if not changes:
-            return
-        connection.execute(_upsert(connection.dialect.name, changes))
+        if changes:
+            connection.execute(_ADD, changes)
