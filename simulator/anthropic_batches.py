@@ -13,7 +13,9 @@ request is run as one Messages API call would be. Requests that do not succeed a
 as Anthropic bills only the ones that did: a `task:task_failed` fault makes a request
 `errored`, `task:expired` makes it `expired`, `task:cancelled` `canceled`; a request a
 cancel stops before its end is `canceled` and its charge is taken back. Create faults are
-the Messages API's; a `poll:forget` loses the batch (404 `not_found_error`).
+the Messages API's; a `poll:forget` loses the batch (404 `not_found_error`). Its `poll` is
+GET /v1/messages/batches/{id}, its `results` GET /v1/messages/batches/{id}/results (their read
+faults, `poll:foreign_results_url` among them: `simulator.read_faults`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from simulator.anthropic_api import (
 from simulator.faults import Faults, Route
 from simulator.openai_api import chat_input
 from simulator.outputs import spoiled_by
+from simulator.read_faults import answered_early, spoiled_answer, spoiled_file
 from simulator.responses import transport_fault
 from simulator.upstream import SimTask, Upstream
 
@@ -114,11 +117,12 @@ def add_anthropic_batch_routes(
             return None
         return anthropic_error(401, "authentication_error", "invalid x-api-key")
 
-    def run(custom_id: str, params: dict[str, Any]) -> _Request:
+    def run(batch_id: str, custom_id: str, params: dict[str, Any]) -> _Request:
         system = {"role": "system", "content": system_text(params.get("system"))}
         prompt, posts = chat_input([system, *params["messages"]])
         model, tool = str(params["model"]), forced_tool(params)
-        task_fault = faults.decide(Route.TASK)
+        # No task id: a request a task fault keeps from running is never charged.
+        task_fault = faults.decide(Route.TASK, batch_id=batch_id, custom_id=custom_id)
         if task_fault is not None and task_fault.fault in _FATE:
             now = time.monotonic()  # it never runs: no task upstream, nothing billed
             unbilled = SimTask(
@@ -141,7 +145,7 @@ def add_anthropic_batch_routes(
             posts=posts,
             idempotency_key=custom_id,  # written in the charge log only: no keys here
             now=time.monotonic(),
-            on_new=spoiled_by(faults),
+            on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id),
             honour_key=False,
         )
         return _Request(custom_id, task, tool)
@@ -192,9 +196,12 @@ def add_anthropic_batch_routes(
         decision = faults.decide(Route.CREATE)
         if (early := await before_create(decision)) is not None:
             return early
+        batch_id = f"msgbatch_{uuid.uuid4().hex[:24]}"
         batch = _Batch(
-            id=f"msgbatch_{uuid.uuid4().hex[:24]}",
-            requests=[run(item["custom_id"], item["params"]) for item in body["requests"]],
+            id=batch_id,
+            requests=[
+                run(batch_id, item["custom_id"], item["params"]) for item in body["requests"]
+            ],
             created_at=datetime.now(UTC),
         )
         batches[batch.id] = batch
@@ -213,16 +220,24 @@ def add_anthropic_batch_routes(
     @app.get("/v1/messages/batches/{batch_id}")
     async def get_batch(batch_id: str, request: Request) -> Any:
         upstream.count_request("poll", batch_id)
-        decision = faults.decide(Route.POLL)
+        decision = faults.decide(Route.POLL, batch_id)
+        if (early := await answered_early(decision, status_answer)) is not None:
+            return early
         if decision is not None and decision.fault == "forget":
             batches.pop(batch_id, None)
-        elif decision is not None:
-            return await transport_fault(decision, status_answer)
         batch = found(request, batch_id)
-        return batch if isinstance(batch, Response) else body_of(batch, _root(request))
+        true_answer = batch if isinstance(batch, Response) else body_of(batch, _root(request))
+        return spoiled_answer(faults, decision, true_answer, status_field="processing_status")
 
     @app.get("/v1/messages/batches/{batch_id}/results")
     async def results(batch_id: str, request: Request) -> Any:
+        decision = faults.decide(Route.RESULTS, batch_id)
+        if (early := await answered_early(decision, status_answer)) is not None:
+            return early
+        return spoiled_file(faults, decision, results_file(request, batch_id), "application/binary")
+
+    def results_file(request: Request, batch_id: str) -> Response | bytes:
+        """The true answer of a results download: its JSONL bytes, or the error."""
         batch = found(request, batch_id)
         if isinstance(batch, Response):
             return batch
@@ -231,8 +246,7 @@ def add_anthropic_batch_routes(
                 400, "invalid_request_error", f"Message Batch {batch_id} has not ended yet"
             )
         body_of(batch, _root(request))  # writes the results once
-        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in batch.results)
-        return Response(lines.encode(), media_type="application/binary")
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in batch.results).encode()
 
     @app.post("/v1/messages/batches/{batch_id}/cancel")
     async def cancel(batch_id: str, request: Request) -> Any:

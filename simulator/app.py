@@ -31,7 +31,8 @@ from simulator.anthropic_api import add_anthropic_routes
 from simulator.anthropic_batches import add_anthropic_batch_routes
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route, load_plan
 from simulator.openai_api import add_openai_routes
-from simulator.outputs import spoil_output
+from simulator.outputs import spoiled_by
+from simulator.read_faults import answered_early, spoiled_answer
 from simulator.responses import error as _error
 from simulator.responses import refusal as _refusal
 from simulator.responses import transport_fault as _transport_fault
@@ -102,10 +103,9 @@ def create_app(
 
     def make_task(body: CreateTask, idempotency_key: str | None) -> SimTask:
         def spoil(task: SimTask) -> None:
-            if (decision := faults.decide(Route.TASK)) is not None:
+            if faults.decide(Route.TASK, task.task_id) is not None:
                 task.error = "The model failed to process this request (simulated)."
-            if (decision := faults.decide(Route.OUTPUT)) is not None:
-                task.output = spoil_output(task.output, decision.fault, faults.pick)
+            spoiled_by(faults)(task)
 
         task, _charged = upstream.create(
             model=body.model,
@@ -154,18 +154,18 @@ def create_app(
         upstream.count_request("poll", task_id)
         if not authorized(request):
             return _error(401, "invalid_api_key", "Incorrect API key provided.")
-        decision = faults.decide(Route.POLL)
+        decision = faults.decide(Route.POLL, task_id)
+        if (early := await answered_early(decision)) is not None:
+            return early
         if decision is not None and decision.fault == "forget":
             upstream.forget(task_id)
-        elif decision is not None:
-            return await _transport_fault(decision)
         task = upstream.get(task_id)
         if task is None:
-            return _error(404, "not_found", f"No task {task_id}.")
+            return spoiled_answer(faults, decision, _error(404, "not_found", f"No task {task_id}."))
         remaining = task.done_at - time.monotonic()
         if wait > 0 and remaining > 0:
             await asyncio.sleep(min(wait, remaining))
-        return _task_body(task, time.monotonic())
+        return spoiled_answer(faults, decision, _task_body(task, time.monotonic()))
 
     forget_openai = add_openai_routes(app, upstream, faults, authorized)
 

@@ -2,12 +2,26 @@
 
 A rule says where (`on`), what (`fault`), and when: with probability `p`, or on the `nth`
 requests of that kind (1-based, a script such as "the 3rd create fails"). Rules are tried in
-order and the first that fires wins, one fault per request.
+order and the first that fires wins, one fault per request. `per_id=true` (reads only:
+`poll`, `results`, `list`) makes `nth` count the route's requests for the same upstream id
+(task, batch or file id; `list`: its `after` cursor): `poll:html#1;per_id=true` is "the first
+poll of each upstream id gets an HTML page".
 
     create  reset | timeout | http_500 | http_502 | http_503 | http_504       (nothing is made)
             reset_after_create | timeout_after_create | http_500_after_create  (made, charged)
             rate_limit | auth | quota | quota_429 | permission               (refused, free)
     poll    reset | timeout | http_500 | http_502 | http_503 | http_504 | forget
+            html           (a 200 text/html captive-portal page instead of the JSON)
+            cut_json       (a 200 JSON answer cut in half: a complete response, a broken body)
+            wrong_shape    (a 200 valid JSON answer that is not the object asked for: a list on
+                            odd-numbered requests, an object of none of its fields on even ones)
+            bad_status     (the true answer, its `status` / `processing_status` "paused")
+            foreign_results_url  (Anthropic Message Batches: an ended batch's `results_url`
+                            names api.anthropic.com; the results stay at the simulator's path)
+    results reset | timeout | http_500 | http_502 | http_503 | http_504 | html
+            cut_file       (a 200 JSONL answer, the first half of its bytes: cut mid-line)
+            missing_lines  (a 200 JSONL answer with one line left out, picked by seed)
+    list    reset | timeout | http_500 | http_502 | http_503 | http_504 | html | cut_json
     task    task_failed                                           (the task ends `failed`)
             expired | cancelled    (Batch API: the batch ends so, the later half of its requests
                                     undone (a batch of one request: none ran); task API: the
@@ -19,13 +33,30 @@ order and the first that fires wins, one fault per request.
                                  elsewhere: one post's item is missing)
 
 The OpenAI routes meet the same rules: `create` is POST /v1/chat/completions and POST
-/v1/batches, `poll` is GET /v1/batches/{id}; a chat completion's `task` fault is a 500 answer
-(nothing charged). `rate_limit` also takes `retry_after=reset:N`: no Retry-After, only
-OpenAI's `x-ratelimit-reset-requests: Ns`. POST /v1/messages (Anthropic) meets them too, in
-Anthropic's words (`simulator.anthropic_api`: `http_503` is a 529 `overloaded_error`).
+/v1/batches, `poll` is GET /v1/batches/{id}, `results` GET /v1/files/{id}/content, `list`
+GET /v1/batches; a chat completion's `task` fault is a 500 answer (nothing charged).
+`rate_limit` also takes `retry_after=reset:N`: no Retry-After, only OpenAI's
+`x-ratelimit-reset-requests: Ns`. POST /v1/messages (Anthropic) meets them too, in
+Anthropic's words (`simulator.anthropic_api`: `http_503` is a 529 `overloaded_error`); its
+Message Batches' `poll` is GET /v1/messages/batches/{id}, `results` GET
+/v1/messages/batches/{id}/results. The task API's `poll` is GET /v1/tasks/{id}. How a read
+answer is spoiled: `simulator.read_faults`. A read fault spoils one answer, never the task:
+the next read without a fault gives the true answer.
+
+`GET /_sim/faults` lists what fired (`fired`): each entry's route (`on`), `fault`, `n` (the
+route's count of requests), and what it hit where known: `id`, the upstream id read (poll,
+results; list: its `after` cursor) or, for `task` and `output`, the task id of the charge
+log (`GET /_sim/charges`); `batch_id` for a file or a request of a batch; `custom_id` for one
+request (line) of a batch, or the results line `missing_lines` left out; `post_id` for one
+item of an output. A request of an Anthropic batch that a `task` fault kept from running has
+no charge, so no `id`. `n_of_id`: the count a `per_id` rule fired on. `applied: false`: the
+fault fired where it changes nothing (a `foreign_results_url` where there is no ended
+Anthropic batch, a `cut_json`, `wrong_shape` or `bad_status` on an error answer): the answer
+is the true one.
 
 The compact form, for `--faults`: `on:fault@p` or `on:fault#n+m`, comma separated, options
-after `;` — e.g. `create:http_503@0.05,create:rate_limit#2;retry_after=2,output:bad_field@0.1`.
+after `;` — e.g. `create:http_503@0.05,create:rate_limit#2;retry_after=2,output:bad_field@0.1`
+or `poll:html#1;per_id=true,results:missing_lines@0.2`.
 """
 
 from __future__ import annotations
@@ -33,7 +64,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -44,14 +75,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Route(StrEnum):
     CREATE = "create"
     POLL = "poll"
+    RESULTS = "results"
+    LIST = "list"
     TASK = "task"
     OUTPUT = "output"
 
 
-CREATE_BEFORE = {"reset", "timeout", "http_500", "http_502", "http_503", "http_504"}
+# The routes that read what the upstream holds: the ones `per_id` counts by upstream id.
+READS = {Route.POLL, Route.RESULTS, Route.LIST}
+
+TRANSPORT = {"reset", "timeout", "http_500", "http_502", "http_503", "http_504"}
+CREATE_BEFORE = TRANSPORT
 CREATE_AFTER = {"reset_after_create", "timeout_after_create", "http_500_after_create"}
 CREATE_REFUSED = {"rate_limit", "auth", "quota", "quota_429", "permission"}
-POLL_FAULTS = {"reset", "timeout", "http_500", "http_502", "http_503", "http_504", "forget"}
+POLL_FAULTS = TRANSPORT | {
+    "forget",
+    "html",
+    "cut_json",
+    "wrong_shape",
+    "bad_status",
+    "foreign_results_url",
+}
+RESULTS_FAULTS = TRANSPORT | {"html", "cut_file", "missing_lines"}
+LIST_FAULTS = TRANSPORT | {"html", "cut_json"}
 TASK_FAULTS = {"task_failed", "expired", "cancelled"}
 WHOLE_OUTPUT = {"not_json", "wrong_shape", "truncated", "unknown_ids"}
 ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id", "request_error"}
@@ -59,6 +105,8 @@ ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id", "request_erro
 KINDS: dict[Route, set[str]] = {
     Route.CREATE: CREATE_BEFORE | CREATE_AFTER | CREATE_REFUSED,
     Route.POLL: POLL_FAULTS,
+    Route.RESULTS: RESULTS_FAULTS,
+    Route.LIST: LIST_FAULTS,
     Route.TASK: TASK_FAULTS,
     Route.OUTPUT: WHOLE_OUTPUT | ONE_ITEM,
 }
@@ -75,6 +123,9 @@ class FaultRule(BaseModel):
     # x-ratelimit-reset-requests), "missing", "garbage"
     retry_after: str = "1"
     hold: float = Field(default=60.0, ge=0, description="timeout: seconds the answer is held")
+    per_id: bool = Field(
+        default=False, description="reads: `nth` counts the requests for each upstream id"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> FaultRule:
@@ -85,6 +136,11 @@ class FaultRule(BaseModel):
             )
         if not self.nth and self.p == 0:
             raise ValueError(f"{self.on.value}:{self.fault} needs a probability p or nth")
+        if self.per_id and self.on not in READS:
+            raise ValueError(
+                f"{self.on.value}:{self.fault}: per_id counts the reads of each upstream id; "
+                "it is for " + ", ".join(sorted(route.value for route in READS)) + " only"
+            )
         return self
 
 
@@ -129,6 +185,8 @@ def load_plan(faults: str | None, scenario: Path | None, seed: int) -> FaultPlan
 class Decision:
     fault: str
     rule: FaultRule
+    # Its entry in `Faults.fired`: what it hit is added there once known (`Faults.note`).
+    entry: dict[str, Any] = field(default_factory=dict)
 
 
 class Faults:
@@ -142,22 +200,41 @@ class Faults:
         with self._lock:
             self.plan = plan
             self._counts = {route: 0 for route in Route}
+            self._counts_of_id: dict[tuple[Route, str | None], int] = {}
             self._random = {route: random.Random(f"{plan.seed}:{route.value}") for route in Route}
             self.fired: list[dict[str, Any]] = []
 
-    def decide(self, route: Route) -> Decision | None:
+    def decide(
+        self, route: Route, upstream_id: str | None = None, **hit: str | None
+    ) -> Decision | None:
+        """The fault this request meets, if any. `upstream_id`: the id it reads (or, for
+        `task` and `output`, the task it makes); `hit`: more of what a fault would hit
+        (`batch_id`, `custom_id`), written with it into `fired`."""
         with self._lock:
             self._counts[route] += 1
             n = self._counts[route]
+            key = (route, upstream_id)
+            self._counts_of_id[key] = n_of_id = self._counts_of_id.get(key, 0) + 1
             rules = [rule for rule in self.plan.rules if rule.on is route]
             # One draw per probabilistic rule and request, fired or not, so that one rule's
             # outcome never shifts another rule's random sequence.
             draws = [self._random[route].random() if rule.p else 1.0 for rule in rules]
             for rule, draw in zip(rules, draws, strict=True):
-                if n in rule.nth or draw < rule.p:
-                    self.fired.append({"on": route.value, "fault": rule.fault, "n": n})
-                    return Decision(rule.fault, rule)
+                if (n_of_id if rule.per_id else n) in rule.nth or draw < rule.p:
+                    entry: dict[str, Any] = {"on": route.value, "fault": rule.fault, "n": n}
+                    if rule.per_id:
+                        entry["n_of_id"] = n_of_id
+                    known = {"id": upstream_id, **hit}
+                    entry.update({name: value for name, value in known.items() if value})
+                    self.fired.append(entry)
+                    return Decision(rule.fault, rule, entry)
             return None
+
+    def note(self, decision: Decision, **facts: Any) -> None:
+        """Add what a fault hit, learnt after it fired (the post id of a spoiled item, the
+        line left out), to its entry in `fired`."""
+        with self._lock:
+            decision.entry.update(facts)
 
     def pick(self, route: Route, size: int) -> int:
         """A deterministic index for faults that touch one item of many."""

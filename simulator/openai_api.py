@@ -9,6 +9,9 @@ GET  /v1/batches              the batches, newest first; `limit`, `after`
 GET  /v1/batches/{id}         one batch; output and error files once it ended
 POST /v1/batches/{id}/cancel  cancelling -> cancelled; the requests not yet run are undone
 
+Fault routes (`simulator.faults`): `poll` is GET /v1/batches/{id}, `results` GET
+/v1/files/{id}/content, `list` GET /v1/batches (their read faults: `simulator.read_faults`).
+
 A batch runs all its requests as one simulated task (one charge listing every post, under the
 `postledger_key` of its metadata), which takes the simulator's latency; its output is then
 split into one output line per request (its `custom_id`), each answering for the posts of its
@@ -32,7 +35,8 @@ from fastapi import FastAPI, Query, Request, Response
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Faults, Route
 from simulator.model import count_tokens
 from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
-from simulator.outputs import spoil_output, spoiled_by
+from simulator.outputs import spoil_noted, spoil_output, spoiled_by
+from simulator.read_faults import answered_early, spoiled_answer, spoiled_file
 from simulator.responses import error, refusal, transport_fault
 from simulator.upstream import SimTask, TaskState, Upstream, until_done
 
@@ -53,6 +57,7 @@ class SimFile:
     purpose: str
     content: bytes
     created_at: int
+    batch_id: str | None = None  # the batch whose output or error file it is
 
     def body(self) -> dict[str, Any]:
         return {
@@ -204,8 +209,10 @@ def add_openai_routes(
     def invalid(message: str, status: int = 400) -> Response:
         return error(status, "invalid_request_error", message)
 
-    def add_file(filename: str, purpose: str, content: bytes) -> SimFile:
-        made = SimFile(_new_id("file"), filename, purpose, content, int(time.time()))
+    def add_file(
+        filename: str, purpose: str, content: bytes, batch_id: str | None = None
+    ) -> SimFile:
+        made = SimFile(_new_id("file"), filename, purpose, content, int(time.time()), batch_id)
         with lock:
             files[made.id] = made
         return made
@@ -274,9 +281,14 @@ def add_openai_routes(
         if not authorized(request):
             return denied()
         found = files.get(file_id)
-        if found is None:
-            return invalid(f"No such File object: {file_id}", 404)
-        return Response(found.content, media_type="application/octet-stream")
+        batch_id = found.batch_id if found is not None else None
+        decision = faults.decide(Route.RESULTS, file_id, batch_id=batch_id)
+        if (early := await answered_early(decision)) is not None:
+            return early
+        content = (
+            invalid(f"No such File object: {file_id}", 404) if found is None else found.content
+        )
+        return spoiled_file(faults, decision, content, "application/octet-stream")
 
     # --- batches -----------------------------------------------------------------------------
 
@@ -328,7 +340,7 @@ def add_openai_routes(
                 )
                 text = task.output if own is None else json.dumps(own, ensure_ascii=False)
                 if batch.spoiled_request is not None and batch.spoiled_request[0] == custom_id:
-                    text = spoil_output(text, batch.spoiled_request[1], faults.pick)
+                    text = spoil_output(text, batch.spoiled_request[1], faults.pick).text
                 content = _answer_text(text, json_mode=batch.json_mode)
                 prompt_tokens = count_tokens(task.prompt) + sum(
                     count_tokens(texts[post_id]) for post_id in post_ids
@@ -341,11 +353,11 @@ def add_openai_routes(
                 out.append({**line, "response": response, "error": None})
         if out:
             batch.output_file_id = add_file(
-                f"{batch.id}_output.jsonl", "batch_output", _jsonl(out)
+                f"{batch.id}_output.jsonl", "batch_output", _jsonl(out), batch.id
             ).id
         if errors:
             batch.error_file_id = add_file(
-                f"{batch.id}_error.jsonl", "batch_output", _jsonl(errors)
+                f"{batch.id}_error.jsonl", "batch_output", _jsonl(errors), batch.id
             ).id
         batch.counts = {"total": len(requests), "completed": len(out), "failed": len(errors)}
         if status != "completed":  # expired or cancelled: billed for the requests that ran
@@ -428,19 +440,23 @@ def add_openai_routes(
         requests = [(custom_id, [pid for pid, _ in of_request]) for custom_id, of_request in asked]
         metadata = {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
         fate: dict[str, str] = {}
+        batch_id = _new_id("batch")
 
         def decide(task: SimTask) -> None:
-            if (task_fault := faults.decide(Route.TASK)) is not None:
+            task_fault = faults.decide(Route.TASK, task.task_id, batch_id=batch_id)
+            if task_fault is not None:
                 fate["fate"] = "failed" if task_fault.fault == "task_failed" else task_fault.fault
-            output_fault = faults.decide(Route.OUTPUT)
+            output_fault = faults.decide(Route.OUTPUT, task.task_id, batch_id=batch_id)
             if output_fault is not None and output_fault.fault == "request_error":
                 fate["failed_request"] = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+                faults.note(output_fault, custom_id=fate["failed_request"])
             elif output_fault is not None and output_fault.fault in WHOLE_OUTPUT:
                 # The answer of one request (one line) goes wrong, not every line's.
                 fate["spoiled_request"] = requests[faults.pick(Route.OUTPUT, len(requests))][0]
                 fate["spoiled_by"] = output_fault.fault
+                faults.note(output_fault, custom_id=fate["spoiled_request"])
             elif output_fault is not None:
-                task.output = spoil_output(task.output, output_fault.fault, faults.pick)
+                task.output = spoil_noted(faults, output_fault, task.output)
 
         task, _ = upstream.create(
             model=str(lines[0]["body"].get("model", "")),
@@ -452,7 +468,7 @@ def add_openai_routes(
             honour_key=False,
         )
         batch = SimBatch(
-            id=_new_id("batch"),
+            id=batch_id,
             task=task,
             input_file_id=source.id,
             completion_window=str(body["completion_window"]),
@@ -500,6 +516,9 @@ def add_openai_routes(
         upstream.count_request("list")
         if not authorized(request):
             return denied()
+        decision = faults.decide(Route.LIST, after)
+        if (early := await answered_early(decision)) is not None:
+            return early
         with lock:
             newest_first = list(reversed(batches.values()))
         if after is not None:
@@ -508,23 +527,26 @@ def add_openai_routes(
         page = newest_first[:limit]
         data = [batch_body(b) for b in page]
         ends = {"first_id": data[0]["id"], "last_id": data[-1]["id"]} if data else {}
-        return {"object": "list", "data": data, **ends, "has_more": len(newest_first) > limit}
+        listing = {"object": "list", "data": data, **ends, "has_more": len(newest_first) > limit}
+        return spoiled_answer(faults, decision, listing)
 
     @app.get("/v1/batches/{batch_id}")
     async def get_batch(batch_id: str, request: Request) -> Any:
         upstream.count_request("poll", batch_id)
         if not authorized(request):
             return denied()
-        decision = faults.decide(Route.POLL)
+        decision = faults.decide(Route.POLL, batch_id)
+        if (early := await answered_early(decision)) is not None:
+            return early
         if decision is not None and decision.fault == "forget":
             with lock:
                 batches.pop(batch_id, None)
-        elif decision is not None:
-            return await transport_fault(decision)
         batch = batches.get(batch_id)
         if batch is None:
-            return invalid(f"No batch found with id '{batch_id}'.", 404)
-        return batch_body(batch)
+            return spoiled_answer(
+                faults, decision, invalid(f"No batch found with id '{batch_id}'.", 404)
+            )
+        return spoiled_answer(faults, decision, batch_body(batch))
 
     @app.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(batch_id: str, request: Request) -> Any:

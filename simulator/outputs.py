@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from simulator.faults import Faults, Route
+from simulator.faults import Decision, Faults, Route
 from simulator.upstream import SimTask
 
 
-def spoil_output(output: str, fault: str, pick: Callable[[Route, int], int]) -> str:
+class Spoiled(NamedTuple):
+    text: str
+    post_id: str | None  # the post whose item a one-item fault touched
+
+
+def spoil_output(output: str, fault: str, pick: Callable[[Route, int], int]) -> Spoiled:
     if fault == "not_json":
-        return "I'm sorry, but I can't analyse these posts right now."
+        return Spoiled("I'm sorry, but I can't analyse these posts right now.", None)
     if fault == "truncated":
-        return output[: max(1, len(output) // 2)]
+        return Spoiled(output[: max(1, len(output) // 2)], None)
     items: list[dict[str, Any]] = json.loads(output)
     if fault == "wrong_shape":
-        return json.dumps({"analysis": [item["summary"] for item in items]}, ensure_ascii=False)
+        analysis = {"analysis": [item["summary"] for item in items]}
+        return Spoiled(json.dumps(analysis, ensure_ascii=False), None)
     if fault == "unknown_ids":
-        return json.dumps([{**item, "id": f"x-{item['id']}"} for item in items], ensure_ascii=False)
+        unknown = [{**item, "id": f"x-{item['id']}"} for item in items]
+        return Spoiled(json.dumps(unknown, ensure_ascii=False), None)
     index = pick(Route.OUTPUT, len(items))
     item = items[index]
     if fault == "request_error":  # one post's request failed: no item for it
@@ -32,14 +39,23 @@ def spoil_output(output: str, fault: str, pick: Callable[[Route, int], int]) -> 
         items[index] = {**item, "sentiment": "ecstatic"}
     elif fault == "duplicate_id":
         items.insert(index, {**item, "summary": "A second, different answer for the same post."})
-    return json.dumps(items, ensure_ascii=False)
+    return Spoiled(json.dumps(items, ensure_ascii=False), str(item.get("id")))
 
 
-def spoiled_by(faults: Faults) -> Callable[[SimTask], None]:
-    """What a synchronous call's new task meets: the output fault that fires for it, if any."""
+def spoil_noted(faults: Faults, decision: Decision, output: str) -> str:
+    """`output` as the decided fault spoils it; the post it touched is noted in `fired`."""
+    spoiled = spoil_output(output, decision.fault, faults.pick)
+    if spoiled.post_id is not None:
+        faults.note(decision, post_id=spoiled.post_id)
+    return spoiled.text
+
+
+def spoiled_by(faults: Faults, **hit: str | None) -> Callable[[SimTask], None]:
+    """What a new task meets: the output fault that fires for it, if any (`fired` names the
+    task, and `hit`: the batch and request it answers, if any)."""
 
     def spoil(task: SimTask) -> None:
-        if (decision := faults.decide(Route.OUTPUT)) is not None:
-            task.output = spoil_output(task.output, decision.fault, faults.pick)
+        if (decision := faults.decide(Route.OUTPUT, task.task_id, **hit)) is not None:
+            task.output = spoil_noted(faults, decision, task.output)
 
     return spoil
