@@ -322,6 +322,10 @@ def _serve(home: Path, startup_timeout: float) -> Iterator[LocalServer]:
     # then answer this run's health checks. Bound first, the URL is known before the server
     # answers, and the client settings can be in place before anything imports Prefect.
     listener = socket.socket()
+    # Connections accepted from it inherit this: with Nagle's algorithm on, every answer's body
+    # waited for the client's delayed ACK of its headers (~40 ms on each of the many API calls
+    # of every task run). uvicorn cannot set it on a socket handed over by its fd.
+    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     listener.bind(("127.0.0.1", 0))
     port: int = listener.getsockname()[1]
     env = {
