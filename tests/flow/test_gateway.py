@@ -4,8 +4,9 @@ the ledger knows it may have been); a quota error the gateway wraps as a `thrott
 still a quota error.
 
 LiteLLM is not a dependency of postledger: these tests run where a `litellm` executable is
-found (POSTLEDGER_TEST_LITELLM, else `litellm` on the PATH), and are skipped elsewhere. To run
-them: `python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`,
+found (POSTLEDGER_TEST_LITELLM, else `litellm` on the PATH), and are skipped elsewhere. CI
+installs it in an environment of its own (`.ci/run`, which says why that version). To run them:
+`python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]==1.108.7'`,
 then
 `POSTLEDGER_TEST_LITELLM=/tmp/litellm-venv/bin/litellm uv run pytest tests/flow/test_gateway.py`.
 The proxy runs on loopback with telemetry off and every remote look-up it would make at start
