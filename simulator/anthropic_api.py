@@ -34,11 +34,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Decision, Faults, Route
+from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
 from simulator.openai_api import chat_input
 from simulator.outputs import spoiled_by
 from simulator.responses import transport_fault
-from simulator.upstream import Upstream, until_done
+from simulator.upstream import SimTask, Upstream, until_done
 
 # The top-level fields of a Messages API request (anything else is refused, as the API does).
 KNOWN_FIELDS = frozenset(
@@ -222,6 +223,21 @@ def status_answer(status: int) -> Response:
 def add_anthropic_routes(
     app: FastAPI, upstream: Upstream, faults: Faults, key_matches: Callable[[str], bool]
 ) -> None:
+    def message_task(body: dict[str, Any], on_new: Callable[[SimTask], None] | None) -> SimTask:
+        """The task of a Messages API request, made and charged."""
+        system = {"role": "system", "content": system_text(body.get("system"))}
+        prompt, posts = chat_input([system, *body["messages"]])
+        task, _ = upstream.create(
+            model=str(body["model"]),
+            prompt=prompt,
+            posts=posts,
+            idempotency_key=None,
+            now=time.monotonic(),
+            on_new=on_new,
+            honour_key=False,
+        )
+        return task
+
     @app.post("/v1/messages")
     async def messages(request: Request) -> Any:
         upstream.count_request("create")
@@ -237,21 +253,15 @@ def add_anthropic_routes(
         if (problem := problem_of(request, body)) is not None:
             return anthropic_error(400, "invalid_request_error", problem)
         decision = faults.decide(Route.CREATE)
+        # A gateway's extra attempt: a message charged, its answer dropped.
+        decision = through_gateway(
+            request, faults, decision, lambda: Made([message_task(body, None).task_id])
+        )
         if (early := await before_create(decision)) is not None:
             return early
         if faults.decide(Route.TASK) is not None:  # the model failed: nothing billed
             return anthropic_error(500, "api_error", "Internal server error")
-        system = {"role": "system", "content": system_text(body.get("system"))}
-        prompt, posts = chat_input([system, *body["messages"]])
-        task, _ = upstream.create(
-            model=str(body["model"]),
-            prompt=prompt,
-            posts=posts,
-            idempotency_key=None,
-            now=time.monotonic(),
-            on_new=spoiled_by(faults),
-            honour_key=False,
-        )
+        task = message_task(body, spoiled_by(faults))
         await until_done(task)
         if decision is not None:
             return await transport_fault(decision, status_answer)  # made and charged, lost

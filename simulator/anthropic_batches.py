@@ -41,6 +41,7 @@ from simulator.anthropic_api import (
     system_text,
 )
 from simulator.faults import Faults, Route
+from simulator.gateway import Made, through_gateway
 from simulator.openai_api import chat_input
 from simulator.outputs import spoiled_by
 from simulator.read_faults import answered_early, spoiled_answer, spoiled_file
@@ -117,12 +118,15 @@ def add_anthropic_batch_routes(
             return None
         return anthropic_error(401, "authentication_error", "invalid x-api-key")
 
-    def run(batch_id: str, custom_id: str, params: dict[str, Any]) -> _Request:
+    def run(batch_id: str, custom_id: str, params: dict[str, Any], faulted: bool) -> _Request:
+        """One request of a batch, run; `faulted=False`: it meets no task or output fault."""
         system = {"role": "system", "content": system_text(params.get("system"))}
         prompt, posts = chat_input([system, *params["messages"]])
         model, tool = str(params["model"]), forced_tool(params)
         # No task id: a request a task fault keeps from running is never charged.
-        task_fault = faults.decide(Route.TASK, batch_id=batch_id, custom_id=custom_id)
+        task_fault = (
+            faults.decide(Route.TASK, batch_id=batch_id, custom_id=custom_id) if faulted else None
+        )
         if task_fault is not None and task_fault.fault in _FATE:
             now = time.monotonic()  # it never runs: no task upstream, nothing billed
             unbilled = SimTask(
@@ -145,10 +149,27 @@ def add_anthropic_batch_routes(
             posts=posts,
             idempotency_key=custom_id,  # written in the charge log only: no keys here
             now=time.monotonic(),
-            on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id),
+            on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id) if faulted else None,
             honour_key=False,
         )
         return _Request(custom_id, task, tool)
+
+    def new_batch(requests: list[dict[str, Any]], *, faulted: bool = True) -> _Batch:
+        batch_id = f"msgbatch_{uuid.uuid4().hex[:24]}"
+        batch = _Batch(
+            id=batch_id,
+            requests=[
+                run(batch_id, item["custom_id"], item["params"], faulted) for item in requests
+            ],
+            created_at=datetime.now(UTC),
+        )
+        batches[batch.id] = batch
+        return batch
+
+    def batch_again(requests: list[dict[str, Any]]) -> Made:
+        """A gateway's extra attempt: another Message Batch, each of its requests charged."""
+        batch = new_batch(requests, faulted=False)
+        return Made([request.task.task_id for request in batch.requests], batch.id)
 
     def body_of(batch: _Batch, root: str) -> dict[str, Any]:
         now = time.monotonic()
@@ -194,17 +215,10 @@ def add_anthropic_batch_routes(
         if (problem := _batch_problem(request, raw, body)) is not None:
             return anthropic_error(400, "invalid_request_error", problem)
         decision = faults.decide(Route.CREATE)
+        decision = through_gateway(request, faults, decision, lambda: batch_again(body["requests"]))
         if (early := await before_create(decision)) is not None:
             return early
-        batch_id = f"msgbatch_{uuid.uuid4().hex[:24]}"
-        batch = _Batch(
-            id=batch_id,
-            requests=[
-                run(batch_id, item["custom_id"], item["params"]) for item in body["requests"]
-            ],
-            created_at=datetime.now(UTC),
-        )
-        batches[batch.id] = batch
+        batch = new_batch(body["requests"])
         if decision is not None:
             return await transport_fault(decision, status_answer)  # made, the answer lost
         return body_of(batch, _root(request))

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from simulator.anthropic_api import add_anthropic_routes
 from simulator.anthropic_batches import add_anthropic_batch_routes
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, FaultPlan, Faults, Route, load_plan
+from simulator.gateway import GatewayHeader, Made, through_gateway
 from simulator.openai_api import add_openai_routes
 from simulator.outputs import spoiled_by
 from simulator.read_faults import answered_early, spoiled_answer
@@ -91,6 +92,7 @@ def create_app(
     """`create_delay` holds each create's answer after the task was made (and charged): the
     window in which a client has paid but does not know the task id yet (R6)."""
     app = FastAPI(title="postledger upstream simulator", docs_url=None, redoc_url=None)
+    app.add_middleware(GatewayHeader)  # the gateway faults' x-litellm-attempted-retries
     faults = faults or Faults()
     app.state.upstream = upstream
     app.state.faults = faults
@@ -101,21 +103,36 @@ def create_app(
         given = request.headers.get("authorization", "")
         return hmac.compare_digest(given, f"Bearer {api_key}")
 
-    def make_task(body: CreateTask, idempotency_key: str | None) -> SimTask:
+    def make_task(
+        body: CreateTask, idempotency_key: str | None, *, faulted: bool = True
+    ) -> tuple[SimTask, bool]:
+        """(task, charged); `faulted=False`: it meets no task or output fault."""
+
         def spoil(task: SimTask) -> None:
             if faults.decide(Route.TASK, task.task_id) is not None:
                 task.error = "The model failed to process this request (simulated)."
             spoiled_by(faults)(task)
 
-        task, _charged = upstream.create(
+        return upstream.create(
             model=body.model,
             prompt=body.prompt,
             posts=[(p.id, p.text) for p in body.posts],
             idempotency_key=idempotency_key,
             now=time.monotonic(),
-            on_new=spoil,
+            on_new=spoil if faulted else None,
         )
-        return task
+
+    def make_again(body: CreateTask, idempotency_key: str | None) -> Made:
+        """A gateway's extra attempt. Under a key the upstream honours, the task it makes is
+        the key's: the one the request's answer (or a later create under the key) names, so
+        it meets the faults the request's own task would, and its charge is not the
+        gateway's. A key used with another request makes nothing (the answer is the 422)."""
+        keyed = idempotency_key is not None and upstream.honour_keys
+        try:
+            task, charged = make_task(body, idempotency_key, faulted=keyed)
+        except IdempotencyConflict:
+            return Made()
+        return Made([task.task_id] if charged and not keyed else [])
 
     @app.post("/v1/tasks", status_code=202)
     async def create_task(
@@ -129,10 +146,13 @@ def create_app(
         decision = faults.decide(Route.CREATE)
         if decision is not None and decision.fault in CREATE_REFUSED:
             return _refusal(decision)
+        decision = through_gateway(
+            request, faults, decision, lambda: make_again(body, idempotency_key)
+        )
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await _transport_fault(decision)  # nothing was made
         try:
-            task = make_task(body, idempotency_key)
+            task, _charged = make_task(body, idempotency_key)
         except IdempotencyConflict:
             return _error(
                 422,

@@ -10,6 +10,9 @@ poll of each upstream id gets an HTML page".
     create  reset | timeout | http_500 | http_502 | http_503 | http_504       (nothing is made)
             reset_after_create | timeout_after_create | http_500_after_create  (made, charged)
             rate_limit | auth | quota | quota_429 | permission               (refused, free)
+            gateway_retries    (a gateway in front retried on its own: the work made, and
+                                charged, `retries` extra times, then the true answer)
+            gateway_retries_then_500   (the same extra attempts, then a 500: nothing more made)
     poll    reset | timeout | http_500 | http_502 | http_503 | http_504 | forget
             html           (a 200 text/html captive-portal page instead of the JSON)
             cut_json       (a 200 JSON answer cut in half: a complete response, a broken body)
@@ -43,20 +46,37 @@ Message Batches' `poll` is GET /v1/messages/batches/{id}, `results` GET
 answer is spoiled: `simulator.read_faults`. A read fault spoils one answer, never the task:
 the next read without a fault gives the true answer.
 
+The gateway faults play a gateway (the LiteLLM proxy) in front of the simulator that sent the
+create `retries` extra times (option `retries`, 1 to 10, default 2) before the attempt whose
+answer it passes on with `x-litellm-attempted-retries: <retries>` (`simulator.gateway`). Each
+extra attempt makes and charges the work as that create does: a task (a repeat under a known
+Idempotency-Key is not charged again while keys are honoured), a completion or a message whose
+answer is dropped, an OpenAI batch of the same input file and metadata (listed by GET
+/v1/batches), a Message Batch. The extra attempts meet no `task` or `output` fault and draw
+nothing for them: their answers are never read, and every rule's counts and random sequence
+stay those of the requests' own attempts (a task made under an honoured Idempotency-Key is
+the request's own, whichever attempt made it: it meets its faults once). A create meets one
+fault: the request's own attempt meets none (`gateway_retries`) or is a 500 in the
+protocol's words (`gateway_retries_then_500`).
+
 `GET /_sim/faults` lists what fired (`fired`): each entry's route (`on`), `fault`, `n` (the
 route's count of requests), and what it hit where known: `id`, the upstream id read (poll,
 results; list: its `after` cursor) or, for `task` and `output`, the task id of the charge
 log (`GET /_sim/charges`); `batch_id` for a file or a request of a batch; `custom_id` for one
 request (line) of a batch, or the results line `missing_lines` left out; `post_id` for one
 item of an output. A request of an Anthropic batch that a `task` fault kept from running has
-no charge, so no `id`. `n_of_id`: the count a `per_id` rule fired on. `applied: false`: the
-fault fired where it changes nothing (a `foreign_results_url` where there is no ended
-Anthropic batch, a `cut_json`, `wrong_shape` or `bad_status` on an error answer): the answer
-is the true one.
+no charge, so no `id`. A gateway fault names the charges its extra attempts made beyond the
+one the request's answer stands for: `extra_charges` (task ids of the charge log; none for a
+task API create under an honoured Idempotency-Key, whose one charge is the key's) and, for
+batches, `extra_batches` (the upstream batch ids). `n_of_id`: the count a `per_id` rule
+fired on. `applied: false`: the fault fired where it changes nothing (a
+`foreign_results_url` where there is no ended Anthropic batch, a `cut_json`, `wrong_shape`
+or `bad_status` on an error answer): the answer is the true one.
 
 The compact form, for `--faults`: `on:fault@p` or `on:fault#n+m`, comma separated, options
 after `;` — e.g. `create:http_503@0.05,create:rate_limit#2;retry_after=2,output:bad_field@0.1`
-or `poll:html#1;per_id=true,results:missing_lines@0.2`.
+or `poll:html#1;per_id=true,results:missing_lines@0.2` or
+`create:gateway_retries#1;retries=3,create:gateway_retries_then_500@0.05`.
 """
 
 from __future__ import annotations
@@ -88,6 +108,10 @@ TRANSPORT = {"reset", "timeout", "http_500", "http_502", "http_503", "http_504"}
 CREATE_BEFORE = TRANSPORT
 CREATE_AFTER = {"reset_after_create", "timeout_after_create", "http_500_after_create"}
 CREATE_REFUSED = {"rate_limit", "auth", "quota", "quota_429", "permission"}
+CREATE_GATEWAY = {"gateway_retries", "gateway_retries_then_500"}
+# More extra attempts than a gateway is ever set to make: a typo must not make a thousand
+# charged batches.
+MAX_GATEWAY_RETRIES = 10
 POLL_FAULTS = TRANSPORT | {
     "forget",
     "html",
@@ -103,7 +127,7 @@ WHOLE_OUTPUT = {"not_json", "wrong_shape", "truncated", "unknown_ids"}
 ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id", "request_error"}
 
 KINDS: dict[Route, set[str]] = {
-    Route.CREATE: CREATE_BEFORE | CREATE_AFTER | CREATE_REFUSED,
+    Route.CREATE: CREATE_BEFORE | CREATE_AFTER | CREATE_REFUSED | CREATE_GATEWAY,
     Route.POLL: POLL_FAULTS,
     Route.RESULTS: RESULTS_FAULTS,
     Route.LIST: LIST_FAULTS,
@@ -125,6 +149,12 @@ class FaultRule(BaseModel):
     hold: float = Field(default=60.0, ge=0, description="timeout: seconds the answer is held")
     per_id: bool = Field(
         default=False, description="reads: `nth` counts the requests for each upstream id"
+    )
+    retries: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_GATEWAY_RETRIES,
+        description="gateway faults: the extra attempts the gateway made",
     )
 
     @model_validator(mode="after")

@@ -33,6 +33,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query, Request, Response
 
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Faults, Route
+from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
 from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
 from simulator.outputs import spoil_noted, spoil_output, spoiled_by
@@ -219,6 +220,34 @@ def add_openai_routes(
 
     # --- chat completions --------------------------------------------------------------------
 
+    def completion_task(
+        body: dict[str, Any], request: Request, on_new: Callable[[SimTask], None] | None
+    ) -> SimTask:
+        """The task of a chat request, made and charged (no keys: each request is new)."""
+        prompt, posts = chat_input(body["messages"])
+        task, _ = upstream.create(
+            model=str(body["model"]),
+            prompt=prompt,
+            posts=posts,
+            idempotency_key=request.headers.get("idempotency-key"),
+            now=time.monotonic(),
+            on_new=on_new,
+            honour_key=False,
+        )
+        return task
+
+    def billed_content(task: SimTask, body: dict[str, Any]) -> str:
+        """The answer's text; the charge is the usage the answer reports."""
+        content = _answer_text(task.output, _json_mode(body))
+        upstream.bill_usage(task.task_id, task.input_tokens, count_tokens(content))
+        return content
+
+    def completion_again(body: dict[str, Any], request: Request) -> Made:
+        """A gateway's extra attempt: a completion charged, its answer dropped."""
+        task = completion_task(body, request, None)
+        billed_content(task, body)
+        return Made([task.task_id])
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         upstream.count_request("create")
@@ -230,25 +259,18 @@ def add_openai_routes(
         decision = faults.decide(Route.CREATE)
         if decision is not None and decision.fault in CREATE_REFUSED:
             return refusal(decision, openai=True)
+        decision = through_gateway(
+            request, faults, decision, lambda: completion_again(body, request)
+        )
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await transport_fault(decision)  # nothing was made
         if faults.decide(Route.TASK) is not None:  # the model failed: answered 500, not billed
             return error(500, "server_error", "The server had an error processing your request.")
-        prompt, posts = chat_input(body["messages"])
-        task, _ = upstream.create(
-            model=str(body["model"]),
-            prompt=prompt,
-            posts=posts,
-            idempotency_key=request.headers.get("idempotency-key"),
-            now=time.monotonic(),
-            on_new=spoiled_by(faults),
-            honour_key=False,
-        )
+        task = completion_task(body, request, spoiled_by(faults))
         await until_done(task)
         if decision is not None:
             return await transport_fault(decision)  # made and charged, the answer is lost
-        content = _answer_text(task.output, _json_mode(body))
-        upstream.bill_usage(task.task_id, task.input_tokens, count_tokens(content))
+        content = billed_content(task, body)
         return completion(task.model, content, task.input_tokens, count_tokens(content))
 
     # --- files -------------------------------------------------------------------------------
@@ -428,10 +450,36 @@ def add_openai_routes(
         decision = faults.decide(Route.CREATE)
         if decision is not None and decision.fault in CREATE_REFUSED:
             return refusal(decision, openai=True)
+        decision = through_gateway(
+            request, faults, decision, lambda: batch_again(source, body, lines, bad_lines)
+        )
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await transport_fault(decision)  # nothing was made
         if bad_lines:  # it fails validation: nothing runs, nothing is billed
             return batch_body(rejected_batch(source, body, bad_lines))
+        batch = new_batch(source, body, lines)
+        if decision is not None:
+            return await transport_fault(decision)  # made and charged, the answer is lost
+        return batch_body(batch)
+
+    def batch_again(
+        source: SimFile,
+        body: dict[str, Any],
+        lines: list[dict[str, Any]],
+        bad_lines: list[dict[str, Any]],
+    ) -> Made:
+        """A gateway's extra attempt: another batch of the same file and metadata, charged for
+        all its lines (or, failing validation, unbilled)."""
+        if bad_lines:
+            return Made(batch=rejected_batch(source, body, bad_lines).id)
+        batch = new_batch(source, body, lines, faulted=False)
+        return Made([batch.task.task_id], batch.id)
+
+    def new_batch(
+        source: SimFile, body: dict[str, Any], lines: list[dict[str, Any]], *, faulted: bool = True
+    ) -> SimBatch:
+        """A batch of these valid lines, made and charged; `faulted=False`: it meets no task or
+        output fault."""
         prompt = chat_input(lines[0]["body"]["messages"])[0]
         asked = [
             (str(line["custom_id"]), chat_input(line["body"]["messages"])[1]) for line in lines
@@ -464,7 +512,7 @@ def add_openai_routes(
             posts=posts,
             idempotency_key=metadata.get("postledger_key"),
             now=time.monotonic(),
-            on_new=decide,
+            on_new=decide if faulted else None,
             honour_key=False,
         )
         batch = SimBatch(
@@ -484,9 +532,7 @@ def add_openai_routes(
         )
         with lock:
             batches[batch.id] = batch
-        if decision is not None:
-            return await transport_fault(decision)  # made and charged, the answer is lost
-        return batch_body(batch)
+        return batch
 
     def rejected_batch(
         source: SimFile, body: dict[str, Any], bad_lines: list[dict[str, Any]]
