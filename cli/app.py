@@ -293,7 +293,7 @@ def approve(
     from postledger.ledger import Ledger
     from postledger.progress.status import open_read_only
     from postledger.record.models import Answer, BreakerLevel, Question
-    from postledger.recovery.steps import recovery_plan
+    from postledger.recovery.steps import in_flight_words, recovery_plan, what_a_yes_covers
 
     month = _month(month)
     if stop and (poll or resubmit):
@@ -331,6 +331,9 @@ def approve(
     if (question and question.kind is Question.RECOVERY) or (
         question is None and (poll or resubmit) and plan.needs_yes
     ):
+        # With no run waiting, the answer covers the batches shown now, as they are now: never
+        # those the live run has in flight (they are in no step of the plan).
+        shown = (question.batch_ids if question else None) or [s.batch_id for s in plan.steps]
         record = ledger.approvals.answer_recovery(
             month,
             upstream,
@@ -338,14 +341,19 @@ def approve(
             resubmit=resubmit and not stop,
             note=note,
             by="postledger approve",
-            batch_ids=(question.batch_ids if question else None)
-            or [s.batch_id for s in plan.steps],
+            batch_ids=shown,
             question_id=question.id if question else None,
+            shown_seq=question.shown_seq if question else plan.as_of,
         )
         said = (
             f"poll {'yes' if record.poll else 'no'}, resubmit {'yes' if record.resubmit else 'no'}"
         )
-        out.print(f"recorded for {month}'s interrupted batches: {said}.")
+        covers = what_a_yes_covers(
+            month,
+            shown if question else plan.asked_about,
+            [] if question else plan.in_flight,
+        )
+        out.print(f"recorded for {month}'s interrupted batches: {said}. {covers}")
         run_input = {"poll": bool(record.poll), "resubmit": bool(record.resubmit), "note": note}
     elif question is not None and question.kind is Question.BUDGET and question.id is not None:
         answer = Answer.STOP if stop else Answer.CONTINUE
@@ -362,6 +370,7 @@ def approve(
                     if not plan.needs_yes
                     else "; interrupted batches need --poll and/or --resubmit."
                 )
+                + (f" {in_flight_words(month, plan.in_flight)}" if plan.in_flight else "")
             )
             raise typer.Exit(1)
         answer = Answer.STOP if stop else Answer.CONTINUE
@@ -466,7 +475,7 @@ def plan_command(
     # Plain SQL and no ORM, as `status`: it answers in a fraction of a second.
     from postledger.progress.tables import recovery_table
     from postledger.record.rows import knows_month
-    from postledger.recovery.steps import recovery_plan
+    from postledger.recovery.steps import in_flight_words, recovery_plan
 
     month = _month(month)
     settings = _settings()
@@ -479,6 +488,8 @@ def plan_command(
         sys.stdout.write(json.dumps({"month": month, **plan.summary()}, indent=2) + "\n")
     else:
         out.print(recovery_table(month, plan))
+        if plan.in_flight:
+            out.print(in_flight_words(month, plan.in_flight))
 
 
 @app.command()

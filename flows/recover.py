@@ -2,6 +2,11 @@
 until a person said yes — up front (`postledger run --poll --resubmit`), ahead of the run
 (`postledger approve` with no run waiting), or in the form of this run, paused once after the
 safe work is done (R47). No answer leaves them waiting, charged nothing.
+
+A yes covers the batches it was shown, as they were then (R44): a batch that changed after it
+was given (in flight then, sent again, its task found since) is asked about again. A yes given
+before the run that does not cover every batch is not used up front: the run asks about all of
+them, and carries the earlier yes out for the batches it covers only if nobody answers.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from flows.approval import how_to_answer, no_answer, pause_for_answer, spent_so_
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.record.models import ApprovalRecord, Question
-from postledger.recovery.steps import RecoveryAction, RecoveryPlan
+from postledger.recovery.steps import Coverage, RecoveryAction, RecoveryPlan, coverage
 from postledger.settings import Settings
 
 
@@ -37,7 +42,9 @@ def answer_given_before(
     resubmit: bool | None,
 ) -> ApprovalRecord | None:
     """The person's answer if it was given before this run asked: as run parameters, or
-    recorded by `postledger approve`. None: the run has to ask."""
+    recorded by `postledger approve`. None: the run has to ask — also when the answer recorded
+    does not cover every batch that needs a yes (the run's pause is the one place to ask, and
+    asks once about them all)."""
     if not plan.needs_yes:
         return None
     batch_ids = [s.batch_id for s in plan.steps]
@@ -50,8 +57,39 @@ def answer_given_before(
             note="",
             by="run parameters (postledger run --poll/--resubmit)",
             batch_ids=batch_ids,
+            shown_seq=plan.as_of,
         )
-    return ledger.approvals.standing_recovery(month)
+    standing = ledger.approvals.standing_recovery(month)
+    if standing is None:
+        return None
+    covers = covered_by(ledger, plan, standing)
+    if covers.whole:
+        return standing
+    get_run_logger().warning(
+        "%s: %s; this run asks about its interrupted batches once the safe work is done "
+        "(with no answer, the earlier one is carried out for the %d batches it covers)",
+        month,
+        not_covered(standing, covers),
+        len(covers.covered),
+    )
+    return None
+
+
+def covered_by(ledger: Ledger, plan: RecoveryPlan, answer: ApprovalRecord) -> Coverage:
+    """Which of the plan's batches the answer covers: shown with it, and unchanged since."""
+    with ledger.plain() as reader:
+        return coverage(reader, answer.month, plan, answer.batch_ids, answer.shown_seq)
+
+
+def not_covered(answer: ApprovalRecord, covers: Coverage) -> str:
+    """Why the answer leaves batches out, in words."""
+    one = len(covers.not_covered) == 1
+    return (
+        f"the answer given earlier ({answer.answered_by}) does not cover "
+        f"{', '.join(covers.not_covered)}: {'it' if one else 'they'} changed after it was given "
+        f"({'it was' if one else 'they were'} in flight then, sent again since, or something "
+        "new was learned of " + ("it)" if one else "them)")
+    )
 
 
 def carry_out(
@@ -60,7 +98,8 @@ def carry_out(
     """Do what the answer allows for the batches it covers; returns the batches to poll. The
     resubmissions go back to the queue with their same idempotency key and request."""
     logger = get_run_logger()
-    covered = set(answer.batch_ids or [])
+    covers = covered_by(ledger, plan, answer)
+    covered = set(covers.covered)
     polls = [s.batch_id for s in plan.of(RecoveryAction.POLL) if s.batch_id in covered]
     resends = [s.batch_id for s in plan.of(RecoveryAction.RESUBMIT) if s.batch_id in covered]
     if answer.id is not None:
@@ -72,6 +111,10 @@ def carry_out(
             batch_id,
             f"resubmission confirmed by a person ({answer.answered_by})",
             max_attempts=settings.max_attempts,
+        )
+    if covers.not_covered:
+        logger.warning(
+            "%s: nothing is done with them without a new yes", not_covered(answer, covers)
         )
     waiting = len(plan.of(RecoveryAction.POLL)) - len(polls)
     waiting += len(plan.of(RecoveryAction.RESUBMIT)) - (len(resends) if answer.resubmit else 0)
@@ -87,27 +130,54 @@ def ask_about_interrupted(
     settings: Settings,
     on_asked: Callable[[], None] | None = None,
 ) -> ApprovalRecord | None:
-    """Pause once and ask; None if nobody answered in time (the batches keep waiting)."""
+    """Pause once and ask; None if nobody answered in time (the batches keep waiting). An
+    answer given earlier that covers some of them only is carried out for those if nobody
+    answers (it is then what is returned); the answer given here replaces it."""
     logger = get_run_logger()
     logger.warning(
         "%s: interrupted batches need a yes: %s",
         month,
         how_to_answer(f"postledger approve --month {month} --poll [--resubmit]"),
     )
+    earlier = ledger.approvals.standing_recovery(month)
+    covers = covered_by(ledger, plan, earlier) if earlier is not None else None
     batch_ids = [s.batch_id for s in plan.steps]
+
+    def asked_now() -> None:
+        # Kept with the question: an answer to it that no run takes up covers the batches as
+        # this run showed them.
+        ledger.approvals.shown(month, plan.as_of)
+        if on_asked is not None:
+            on_asked()
+
+    question = recovery_question(
+        month,
+        plan,
+        settings,
+        spent=spent_so_far(ledger, month, settings),
+        earlier=_earlier(earlier, covers) if earlier is not None and covers is not None else "",
+    )
     asked, reply = pause_for_answer(
         ledger,
         month,
-        recovery_question(month, plan, settings, spent=spent_so_far(ledger, month, settings)),
+        question,
         RecoveryAnswer,
         settings,
         kind=Question.RECOVERY,
         batch_ids=batch_ids,
-        on_asked=on_asked,
+        on_asked=asked_now,
     )
     if reply is None:
         if asked.id is not None:
             ledger.approvals.lapse(asked.id, no_answer(settings))
+        if earlier is not None and covers is not None and covers.covered:
+            logger.warning(
+                "no answer in time: the answer given earlier (%s) is carried out for %s, the "
+                "batches it covers; the others keep waiting",
+                earlier.answered_by,
+                ", ".join(covers.covered),
+            )
+            return earlier
         logger.warning("no answer in time: the interrupted batches keep waiting")
         return None
     return ledger.approvals.answer_recovery(
@@ -119,14 +189,36 @@ def ask_about_interrupted(
         by="the paused run's form",
         batch_ids=batch_ids,
         question_id=asked.id,
+        shown_seq=plan.as_of,
     )
 
 
+def _earlier(answer: ApprovalRecord, covers: Coverage) -> str:
+    """The question's words about an answer given before the run asked (by `postledger
+    approve`, say, while it ran)."""
+    said = f"poll {'yes' if answer.poll else 'no'}, resubmit {'yes' if answer.resubmit else 'no'}"
+    covered = ", ".join(f"`{b}`" for b in covers.covered) or "none of these batches"
+    lines = [f"An answer given earlier ({answer.answered_by}: {said}) covers {covered}, as shown."]
+    if covers.not_covered:
+        changed = ", ".join(f"`{b}`" for b in covers.not_covered)
+        lines.append(
+            f"It does not cover {changed}: changed after it was given (in flight then, sent "
+            "again since, or something new was learned of them)."
+        )
+    lines.append(
+        "Your answer here decides for every batch below; with no answer, the earlier one is "
+        "carried out for the batches it covers"
+        + (" and the others keep waiting." if covers.not_covered else ".")
+    )
+    return " ".join(lines)
+
+
 def recovery_question(
-    month: str, plan: RecoveryPlan, settings: Settings, *, spent: str = ""
+    month: str, plan: RecoveryPlan, settings: Settings, *, spent: str = "", earlier: str = ""
 ) -> str:
     """The markdown above the Resume form: what each batch needs, what a resubmission may cost
-    (`spent`: the month's spend so far, in words)."""
+    (`spent`: the month's spend so far, in words), and what an answer given earlier covers of
+    them (`earlier`)."""
     polls, resends = plan.of(RecoveryAction.POLL), plan.of(RecoveryAction.RESUBMIT)
     lines = [
         f"## {month}: batches an earlier run sent but never saw answered",
@@ -159,6 +251,7 @@ def recovery_question(
     lines += [
         f"| `{s.batch_id}` | {s.action} | {len(s.post_ids)} | {s.why} |" for s in polls + resends
     ]
+    lines += ["", earlier] if earlier else []
     lines += ["", spent] if spent else []
     lines += [
         "",

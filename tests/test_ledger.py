@@ -252,8 +252,9 @@ def test_one_run_per_month(any_ledger_url: str) -> None:
 
     from sqlmodel import Session
 
+    from postledger.record.claims import STALE
     from postledger.record.models import MonthRunRecord, utcnow
-    from postledger.record.month_lease import STALE, MonthBusy
+    from postledger.record.month_lease import MonthBusy
 
     ledger = Ledger(any_ledger_url)
     ledger.leases.claim(MONTH, "run-a")

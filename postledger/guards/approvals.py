@@ -162,14 +162,22 @@ class Approvals:
         by: str,
         batch_ids: list[str],
         question_id: int | None = None,
+        shown_seq: int | None = None,
     ) -> ApprovalRecord:
         """A person's answer about interrupted batches (R22-R24): poll the known tasks, resubmit
-        the unknown ones. It covers `batch_ids` only, and is used once. Answering a paused
-        run's question closes it; with no question, the answer waits for the next run."""
+        the unknown ones. It covers `batch_ids` only, as they were when shown — the month's
+        events up to `shown_seq` (`postledger.recovery.steps.coverage`) — and is used once.
+        Answering a paused run's question closes it; with no question, the answer waits for the
+        next run. Any earlier answer of the month that no run used is replaced by this one."""
         with self._write() as session:
             record = session.get(ApprovalRecord, question_id) if question_id else None
             if record is not None and record.answer is not None:
-                return record  # answered already (postledger approve, before resuming the run)
+                # Answered already (postledger approve, before resuming the run): the run that
+                # showed the batches knows as of when, if the answer did not say.
+                if record.shown_seq is None and shown_seq is not None:
+                    record.shown_seq = shown_seq
+                    session.add(record)
+                return record
             if record is None:
                 record = ApprovalRecord(
                     month=month,
@@ -178,10 +186,28 @@ class Approvals:
                     question="answered with no run waiting",
                     batch_ids=batch_ids,
                 )
+            if record.shown_seq is None:
+                record.shown_seq = shown_seq
             record.poll, record.resubmit = poll, resubmit
             answer = Answer.CONTINUE if poll or resubmit else Answer.STOP
             _answered(session, record, answer, note=note, by=by)
+            # The newest word about the month's interrupted batches decides: an older yes left
+            # unused must not send again a batch this answer says no to.
+            for older in self._unused_recovery(session, month):
+                if older is not record:
+                    older.used_at = record.answered_at
+                    session.add(older)
             return record
+
+    def shown(self, month: str, shown_seq: int | None) -> None:
+        """The month's open question about interrupted batches showed them as of event
+        `shown_seq`: kept with it, so that an answer given to it by `postledger approve` that
+        no run takes up covers them only as they were then."""
+        with self._write() as session:
+            for question in self._unanswered(session, month, Question.RECOVERY):
+                if question.shown_seq is None:
+                    question.shown_seq = shown_seq
+                    session.add(question)
 
     def close(self, question_id: int, answer: Answer, *, note: str, by: str) -> ApprovalRecord:
         """Answer one question (a budget's: go on or stop). An answered question stays as it
@@ -204,7 +230,14 @@ class Approvals:
     def standing_recovery(self, month: str) -> ApprovalRecord | None:
         """The latest answer about interrupted batches that no run has used yet."""
         with Session(self._engine) as session:
-            return session.exec(
+            unused = self._unused_recovery(session, month)
+            return unused[-1] if unused else None
+
+    @staticmethod
+    def _unused_recovery(session: Session, month: str) -> list[ApprovalRecord]:
+        """The month's answers about interrupted batches that no run has used, oldest first."""
+        return list(
+            session.exec(
                 select(ApprovalRecord)
                 .where(
                     ApprovalRecord.month == month,
@@ -212,8 +245,9 @@ class Approvals:
                     col(ApprovalRecord.answer).in_([Answer.CONTINUE, Answer.STOP]),
                     col(ApprovalRecord.used_at).is_(None),
                 )
-                .order_by(col(ApprovalRecord.id).desc())
-            ).first()
+                .order_by(col(ApprovalRecord.id))
+            )
+        )
 
     def mark_used(self, approval_id: int) -> None:
         """Every answer about interrupted batches is used once: the next interruption asks again."""

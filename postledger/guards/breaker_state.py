@@ -10,6 +10,7 @@ from sqlalchemy import and_
 from sqlmodel import Session, col, select
 
 from postledger.guards.breaker import BreakerHeld, Signal, level_after
+from postledger.record.claims import STALE
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -18,7 +19,6 @@ from postledger.record.models import (
     MonthRunRecord,
     utcnow,
 )
-from postledger.record.month_lease import STALE
 from postledger.record.states import move_breaker
 
 

@@ -257,6 +257,11 @@ class ApprovalRecord(SQLModel, table=True):
     question: str = Field(sa_column=Column(Text, nullable=False))
     # RECOVERY: the interrupted batches the question is about, and the yes given for each group.
     batch_ids: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    # RECOVERY: the month's last event number (`events.seq`) when those batches were shown. The
+    # answer covers a batch only as it was then: one with a later event of its own (sent again,
+    # ended uncertain, its task found) is asked about again. None: not known (an answer kept
+    # before migration 0013), and then it covers nothing.
+    shown_seq: int | None = None
     poll: bool | None = None
     resubmit: bool | None = None
     used_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))

@@ -5,6 +5,11 @@ A run claims its month in the ledger and keeps the claim fresh with a heartbeat.
 of the same month is refused while the holder is alive: on the same host, while its process
 exists; from another host, while its heartbeat is recent. A killed run's claim is taken over at
 once on its own host, and after `STALE` elsewhere.
+
+A heartbeat is stamped, and judged, by the database's clock: one clock for every host, so a
+host whose own clock runs ahead cannot take a live run's month. The claim's holder is the
+fencing token of every write of the paid path (`Ledger._fenced`): a run that lost its month
+writes nothing more of it.
 """
 
 from __future__ import annotations
@@ -14,14 +19,15 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import timedelta
+from datetime import UTC, datetime
 
+from sqlalchemy import func, select
 from sqlmodel import Session
 
+from postledger.record.claims import STALE, alive_elsewhere
 from postledger.record.db import LedgerUnavailable, WriteLocks
-from postledger.record.models import MonthRunRecord, utcnow
+from postledger.record.models import MonthRunRecord
 
-STALE = timedelta(seconds=90)  # three missed heartbeats
 HEARTBEAT_SECONDS = 30.0
 
 
@@ -46,14 +52,14 @@ def check_holds(session: Session, month: str, holder: str) -> None:
         )
 
 
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, owned by someone else
-    return True
+def database_now(session: Session) -> datetime:
+    """The database's clock (PostgreSQL's server; SQLite's host, the only one that can open
+    its file in WAL mode), in UTC."""
+    value = session.connection().execute(select(func.current_timestamp())).scalar_one()
+    if isinstance(value, str):  # SQLite answers "YYYY-MM-DD HH:MM:SS", in UTC
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class MonthLeases:
@@ -69,7 +75,8 @@ class MonthLeases:
         the run it was taken over from: one that ended without giving it back (a crash)."""
         with self._locks.session(month) as session:
             record = session.get(MonthRunRecord, month)
-            if record is not None and record.holder != holder and self._alive(record):
+            now = database_now(session)
+            if record is not None and record.holder != holder and self._alive(record, now):
                 raise MonthBusy(
                     f"{month} is being processed by another run ({record.holder}, process "
                     f"{record.pid} on {record.host}, last seen {record.heartbeat_at:%H:%M:%S} "
@@ -79,7 +86,7 @@ class MonthLeases:
             dead = record.holder if record is not None and record.holder != holder else None
             record = record or MonthRunRecord(month=month, holder=holder, host="", pid=0)
             record.holder, record.host, record.pid = holder, self._host, os.getpid()
-            record.heartbeat_at = utcnow()
+            record.heartbeat_at = now
             session.add(record)
         self._active.add((month, holder))
         return dead
@@ -90,7 +97,7 @@ class MonthLeases:
             check_holds(session, month, holder)
             record = session.get(MonthRunRecord, month)
             assert record is not None
-            record.heartbeat_at = utcnow()
+            record.heartbeat_at = database_now(session)
             session.add(record)
 
     def release(self, month: str, holder: str) -> None:
@@ -100,13 +107,10 @@ class MonthLeases:
             if record is not None and record.holder == holder:
                 session.delete(record)
 
-    def _alive(self, record: MonthRunRecord) -> bool:
-        fresh = utcnow() - record.heartbeat_at < STALE
-        if record.host != self._host:
-            return fresh
-        if record.pid == os.getpid():
+    def _alive(self, record: MonthRunRecord, now: datetime) -> bool:
+        if record.host == self._host and record.pid == os.getpid():
             return (record.month, record.holder) in self._active
-        return fresh and _process_exists(record.pid)  # a killed run frees it at once
+        return alive_elsewhere(record.host, record.pid, record.heartbeat_at, now)
 
     @contextmanager
     def holding(self, month: str, holder: str) -> Iterator[str | None]:

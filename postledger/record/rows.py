@@ -10,11 +10,21 @@ what a command shows and what a run decides come from one query each.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from postledger.record.kinds import BatchStatus, BreakerLevel, FailureKind, PostStatus, SpendState
+from postledger.record.claims import alive_elsewhere
+from postledger.record.kinds import (
+    BatchStatus,
+    BreakerLevel,
+    EntityKind,
+    FailureKind,
+    PostStatus,
+    SpendState,
+)
 from postledger.record.plain import Reader, stamped
 
 # A query's parameters are bounded: a batch's posts are looked up this many ids at a time.
@@ -56,7 +66,8 @@ class OpenQuestion:
 @dataclass(frozen=True)
 class InterruptedBatch:
     """A batch an earlier run sent and did not finish (`running` or `received`), with the posts
-    that are in it now (a post changed since has left it)."""
+    that are in it now (a post changed since has left it). `in_flight`: not interrupted after
+    all, the live run that holds the month sent it and still handles it."""
 
     batch_id: str
     seq: int
@@ -66,6 +77,7 @@ class InterruptedBatch:
     upstream_task_id: str | None
     sends: int
     post_ids: list[str]
+    in_flight: bool = False
 
 
 def breakers(reader: Reader) -> list[Breaker]:
@@ -108,10 +120,12 @@ def knows_month(reader: Reader, month: str) -> bool:
 
 
 def interrupted(reader: Reader, month: str) -> list[InterruptedBatch]:
-    """The month's `running` and `received` batches in start order, each with its posts now."""
+    """The month's `running` and `received` batches in start order, each with its posts now,
+    and whether the live run that holds the month has it in flight."""
+    live = live_holder(reader, month)
     rows = reader.rows(
-        "SELECT batch_id, seq, status, request, raw_output, upstream_task_id, sends, post_ids "
-        "FROM batches WHERE month = ? AND status IN (?, ?) ORDER BY seq",
+        "SELECT batch_id, seq, status, request, raw_output, upstream_task_id, sends, post_ids, "
+        "sent_by FROM batches WHERE month = ? AND status IN (?, ?) ORDER BY seq",
         month,
         BatchStatus.RUNNING.name,
         BatchStatus.RECEIVED.name,
@@ -126,9 +140,55 @@ def interrupted(reader: Reader, month: str) -> list[InterruptedBatch]:
             task_id,
             int(sends),
             _members(reader, month, batch_id, _json(post_ids)),
+            in_flight=live is not None and sent_by == live,
         )
-        for batch_id, seq, status, request, raw_output, task_id, sends, post_ids in rows
+        for batch_id, seq, status, request, raw_output, task_id, sends, post_ids, sent_by in rows
     ]
+
+
+def live_holder(reader: Reader, month: str) -> str | None:
+    """The run that holds the month if it is alive and of another process, as `MonthLeases`
+    judges a claim (`claims.alive_elsewhere`). A claim of this very process is the caller's
+    own: a run reads its plan before it sends anything, so what its claim names was sent by
+    an earlier attempt of it (a retried flow run keeps its id) and is interrupted."""
+    found = reader.rows(
+        "SELECT holder, host, pid, heartbeat_at, CURRENT_TIMESTAMP FROM month_runs WHERE month = ?",
+        month,
+    )
+    if not found:
+        return None
+    holder, host, pid, heartbeat_at, now = found[0]
+    if host == socket.gethostname() and int(pid) == os.getpid():
+        return None
+    if not alive_elsewhere(str(host), int(pid), stamped(heartbeat_at), stamped(now)):
+        return None
+    return str(holder)
+
+
+def last_event(reader: Reader, month: str) -> int:
+    """The number of the month's latest event (0: none yet)."""
+    (last,) = reader.one("SELECT MAX(seq) FROM events WHERE month = ?", month)
+    return int(last or 0)
+
+
+def changed_since(reader: Reader, month: str, seq: int, batch_ids: list[str]) -> set[str]:
+    """Those of `batch_ids` with an event of their own numbered after `seq`: sent, moved, their
+    task id found or their outcome left uncertain since. (A post leaving a batch is the post's
+    event: what a resubmission sends is the batch's request as first sent, all the same.)"""
+    changed: set[str] = set()
+    for start in range(0, len(batch_ids), _IDS_PER_QUERY):
+        chunk = batch_ids[start : start + _IDS_PER_QUERY]
+        marks = ", ".join("?" for _ in chunk)
+        found = reader.rows(
+            "SELECT DISTINCT entity_id FROM events WHERE month = ? AND seq > ? AND entity = ? "
+            f"AND entity_id IN ({marks})",
+            month,
+            seq,
+            EntityKind.BATCH.name,
+            *chunk,
+        )
+        changed.update(batch_id for (batch_id,) in found)
+    return changed
 
 
 def _members(reader: Reader, month: str, batch_id: str, post_ids: list[str]) -> list[str]:
