@@ -260,10 +260,13 @@ def add_anthropic_routes(
         if (early := await before_create(decision)) is not None:
             return early
         if faults.decide(Route.TASK) is not None:  # the model failed: nothing billed
+            if decision is not None:  # nothing made: its 500 is the true answer
+                faults.note(decision, made=[], applied=False)
             return anthropic_error(500, "api_error", "Internal server error")
         task = message_task(body, spoiled_by(faults))
         await until_done(task)
         if decision is not None:
+            faults.note(decision, made=[task.task_id])
             return await transport_fault(decision, status_answer)  # made and charged, lost
         answer = message(task.model, task.output, forced_tool(body), task.input_tokens)
         return JSONResponse(answer, headers={"request-id": _new_id("req")})

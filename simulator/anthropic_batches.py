@@ -37,6 +37,7 @@ from simulator.anthropic_api import (
     forced_tool,
     message,
     problem_of,
+    refused,
     status_answer,
     system_text,
 )
@@ -220,6 +221,9 @@ def add_anthropic_batch_routes(
             return early
         batch = new_batch(body["requests"])
         if decision is not None:
+            # A charge per request that runs (one a task fault stops is never charged).
+            made = [asked.task.task_id for asked in batch.requests if asked.fate == "succeeded"]
+            faults.note(decision, made=made, batch_id=batch.id)
             return await transport_fault(decision, status_answer)  # made, the answer lost
         return body_of(batch, _root(request))
 
@@ -235,7 +239,7 @@ def add_anthropic_batch_routes(
     async def get_batch(batch_id: str, request: Request) -> Any:
         upstream.count_request("poll", batch_id)
         decision = faults.decide(Route.POLL, batch_id)
-        if (early := await answered_early(decision, status_answer)) is not None:
+        if (early := await answered_early(decision, status_answer, refused)) is not None:
             return early
         if decision is not None and decision.fault == "forget":
             batches.pop(batch_id, None)

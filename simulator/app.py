@@ -152,15 +152,20 @@ def create_app(
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await _transport_fault(decision)  # nothing was made
         try:
-            task, _charged = make_task(body, idempotency_key)
+            task, charged = make_task(body, idempotency_key)
         except IdempotencyConflict:
+            if decision is not None:  # nothing made: the 422 is the true answer
+                faults.note(decision, made=[], applied=False)
             return _error(
                 422,
                 "idempotency_conflict",
                 "This Idempotency-Key was already used with a different request.",
             )
         if decision is not None:
-            return await _transport_fault(decision)  # made and charged, the answer is lost
+            # Made and charged (a known, honoured key's task: made and charged before), the
+            # answer lost.
+            faults.note(decision, made=[task.task_id] if charged else [])
+            return await _transport_fault(decision)
         if create_delay > 0:
             await asyncio.sleep(create_delay)
         return JSONResponse({"task_id": task.task_id, "status": "queued"}, status_code=202)

@@ -14,6 +14,8 @@ poll of each upstream id gets an HTML page".
                                 charged, `retries` extra times, then the true answer)
             gateway_retries_then_500   (the same extra attempts, then a 500: nothing more made)
     poll    reset | timeout | http_500 | http_502 | http_503 | http_504 | forget
+            rate_limit | auth | quota | quota_429 | permission   (the read refused, as a create
+                                                                  is; the task goes on)
             html           (a 200 text/html captive-portal page instead of the JSON)
             cut_json       (a 200 JSON answer cut in half: a complete response, a broken body)
             wrong_shape    (a 200 valid JSON answer that is not the object asked for: a list on
@@ -68,10 +70,21 @@ item of an output. A request of an Anthropic batch that a `task` fault kept from
 no charge, so no `id`. A gateway fault names the charges its extra attempts made beyond the
 one the request's answer stands for: `extra_charges` (task ids of the charge log; none for a
 task API create under an honoured Idempotency-Key, whose one charge is the key's) and, for
-batches, `extra_batches` (the upstream batch ids). `n_of_id`: the count a `per_id` rule
-fired on. `applied: false`: the fault fired where it changes nothing (a
+batches, `extra_batches` (the upstream batch ids). A create fault that makes the work and
+loses its answer (`reset_after_create`, `timeout_after_create`, `http_500_after_create`) names
+what it made: `made`, the task ids of the charges it made in the charge log (the task API's
+task; the completion or the message; an OpenAI batch's one charge; a Message Batch's charge
+per request that runs), and, for a batch, `batch_id` (the upstream batch id). `made` is empty
+when the create made no charge: a task API create under a key already honoured (the key's
+charge is its first create's) or used with another request (the 422 answered), a completion or
+message whose `task` fault answered 500 first, an OpenAI batch whose input lines fail
+validation (answered `failed` as without the fault).
+A charge the upstream takes back later (an OpenAI batch that fails, a Message Batch request
+cancelled before it ran) leaves the charge log; `made` still names it. `n_of_id`: the count a
+`per_id` rule fired on. `applied: false`: the fault fired where it changes nothing (a
 `foreign_results_url` where there is no ended Anthropic batch, a `cut_json`, `wrong_shape`
-or `bad_status` on an error answer): the answer is the true one.
+or `bad_status` on an error answer, a create fault after which nothing was made: the cases
+of `made` empty but the first): the answer is the true one.
 
 The compact form, for `--faults`: `on:fault@p` or `on:fault#n+m`, comma separated, options
 after `;` — e.g. `create:http_503@0.05,create:rate_limit#2;retry_after=2,output:bad_field@0.1`
@@ -112,14 +125,20 @@ CREATE_GATEWAY = {"gateway_retries", "gateway_retries_then_500"}
 # More extra attempts than a gateway is ever set to make: a typo must not make a thousand
 # charged batches.
 MAX_GATEWAY_RETRIES = 10
-POLL_FAULTS = TRANSPORT | {
-    "forget",
-    "html",
-    "cut_json",
-    "wrong_shape",
-    "bad_status",
-    "foreign_results_url",
-}
+# A read refused (the key, the balance, a permission, a rate limit): it says nothing of the task.
+READ_REFUSED = CREATE_REFUSED
+POLL_FAULTS = (
+    TRANSPORT
+    | READ_REFUSED
+    | {
+        "forget",
+        "html",
+        "cut_json",
+        "wrong_shape",
+        "bad_status",
+        "foreign_results_url",
+    }
+)
 RESULTS_FAULTS = TRANSPORT | {"html", "cut_file", "missing_lines"}
 LIST_FAULTS = TRANSPORT | {"html", "cut_json"}
 TASK_FAULTS = {"task_failed", "expired", "cancelled"}

@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
-from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Faults, Route
+from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
 from simulator.openai_batch_rules import create_problem, line_errors, upload_problem
@@ -265,10 +265,13 @@ def add_openai_routes(
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await transport_fault(decision)  # nothing was made
         if faults.decide(Route.TASK) is not None:  # the model failed: answered 500, not billed
+            if decision is not None:  # nothing made: its 500 is the true answer
+                faults.note(decision, made=[], applied=False)
             return error(500, "server_error", "The server had an error processing your request.")
         task = completion_task(body, request, spoiled_by(faults))
         await until_done(task)
         if decision is not None:
+            faults.note(decision, made=[task.task_id])
             return await transport_fault(decision)  # made and charged, the answer is lost
         content = billed_content(task, body)
         return completion(task.model, content, task.input_tokens, count_tokens(content))
@@ -456,9 +459,13 @@ def add_openai_routes(
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await transport_fault(decision)  # nothing was made
         if bad_lines:  # it fails validation: nothing runs, nothing is billed
-            return batch_body(rejected_batch(source, body, bad_lines))
+            rejected = rejected_batch(source, body, bad_lines)
+            if decision is not None:  # answered all the same: the fault changes nothing
+                faults.note(decision, made=[], batch_id=rejected.id, applied=False)
+            return batch_body(rejected)
         batch = new_batch(source, body, lines)
         if decision is not None:
+            faults.note(decision, made=[batch.task.task_id], batch_id=batch.id)
             return await transport_fault(decision)  # made and charged, the answer is lost
         return batch_body(batch)
 
@@ -582,7 +589,7 @@ def add_openai_routes(
         if not authorized(request):
             return denied()
         decision = faults.decide(Route.POLL, batch_id)
-        if (early := await answered_early(decision)) is not None:
+        if (early := await answered_early(decision, refuse=openai_refusal)) is not None:
             return early
         if decision is not None and decision.fault == "forget":
             with lock:
@@ -607,6 +614,10 @@ def add_openai_routes(
         return batch_body(batch)
 
     return forget_all
+
+
+def openai_refusal(decision: Decision) -> Response:
+    return refusal(decision, openai=True)
 
 
 def _jsonl(lines: list[dict[str, Any]]) -> bytes:

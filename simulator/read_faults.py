@@ -22,8 +22,8 @@ from typing import Any
 
 from fastapi import Response
 
-from simulator.faults import TRANSPORT, Decision, Faults, Route
-from simulator.responses import transport_fault
+from simulator.faults import READ_REFUSED, TRANSPORT, Decision, Faults, Route
+from simulator.responses import refusal, transport_fault
 
 # What a misrouted gateway or a captive portal answers, whatever was asked.
 CAPTIVE_PORTAL = """<!DOCTYPE html>
@@ -38,14 +38,19 @@ FOREIGN_RESULTS_URL = "https://api.anthropic.com/v1/messages/batches/{id}/result
 
 
 async def answered_early(
-    decision: Decision | None, answer: Callable[[int], Response] | None = None
+    decision: Decision | None,
+    answer: Callable[[int], Response] | None = None,
+    refuse: Callable[[Decision], Response] = refusal,
 ) -> Response | None:
     """The answer of a read fault that needs no true answer: a transport fault (`answer`
-    writes a status in the protocol's words) or the captive portal; None: read on."""
+    writes a status in the protocol's words), a refusal (`refuse`, in the protocol's words),
+    or the captive portal; None: read on."""
     if decision is None:
         return None
     if decision.fault in TRANSPORT:
         return await transport_fault(decision, answer)
+    if decision.fault in READ_REFUSED:
+        return refuse(decision)
     if decision.fault == "html":
         return Response(CAPTIVE_PORTAL, media_type="text/html; charset=utf-8")
     return None

@@ -85,6 +85,6 @@ def test_compact_fault_specs() -> None:
         }
     )
     with pytest.raises(ValueError, match="known for poll"):
-        parse_compact("poll:quota#1")
+        parse_compact("poll:truncated#1")
     with pytest.raises(ValueError, match="needs a probability"):
         parse_compact("create:http_503")

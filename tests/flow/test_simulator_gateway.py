@@ -1,8 +1,10 @@
 """The simulator playing a gateway that retried on its own (`create:gateway_retries`,
 `create:gateway_retries_then_500`), over loopback HTTP, on each of its five create routes: the
 `x-litellm-attempted-retries` header, the extra attempts' charges in the charge log (and, for
-the Batch API, the extra batches in the listing), and what `fired` says the gateway charged.
-(The faults: `simulator.faults`; how the gateway is played: `simulator.gateway`.)
+the Batch API, the extra batches in the listing), and what `fired` says the gateway charged;
+and what `fired` says a create whose answer was lost after the work was made charged
+(`create:http_500_after_create`). (The faults: `simulator.faults`; how the gateway is played:
+`simulator.gateway`.)
 """
 
 from __future__ import annotations
@@ -272,6 +274,39 @@ def test_a_task_fault_meets_the_requests_own_task_not_an_extra_one(sim: str) -> 
     read = [HTTP.get(f"{sim}/v1/tasks/{task_id}", params={"wait": 5}).json() for task_id in extra]
     assert [task["status"] for task in read] == ["succeeded", "succeeded"]
     assert HTTP.get(f"{sim}/v1/tasks/{own}", params={"wait": 5}).json()["status"] == "failed"
+
+
+# --- a create answer lost after the work was made: what `fired` says it charged --------------
+
+
+@pytest.mark.parametrize("kind", ROUTES)
+def test_a_create_answer_lost_after_the_work_names_the_charged_tasks(sim: str, kind: str) -> None:
+    route = ROUTES[kind]
+    reset(sim, "create:http_500_after_create#1")
+    answer = route.create(sim)
+    assert answer.status_code == 500 and route.is_500(answer)
+    charged = charges(sim)
+    assert len(charged) == route.charges_per_attempt  # made and charged all the same
+    (entry,) = fired(sim)
+    assert {key: entry[key] for key in ("on", "fault", "n")} == {
+        "on": "create",
+        "fault": "http_500_after_create",
+        "n": 1,
+    }
+    assert entry["made"] == [charge["task_id"] for charge in charged]
+    if route.batch_path is None:
+        assert "batch_id" not in entry
+    else:  # the upstream batch it made, readable at its id
+        read = HTTP.get(sim + route.batch_path.format(entry["batch_id"]), headers=ANTHROPIC_HEADERS)
+        assert read.status_code == 200 and read.json()["id"] == entry["batch_id"]
+
+
+def test_a_lost_create_under_a_key_already_honoured_made_nothing(sim: str) -> None:
+    reset(sim, "create:http_500_after_create#1+2")
+    assert create_task(sim, key="key-1").status_code == 500
+    assert create_task(sim, key="key-1").status_code == 500  # the key's task, not charged again
+    (charge,) = charges(sim)
+    assert [entry["made"] for entry in fired(sim)] == [[charge["task_id"]], []]
 
 
 # --- the ways the fault is given --------------------------------------------------------------

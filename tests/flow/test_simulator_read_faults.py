@@ -481,7 +481,7 @@ def test_a_message_batchs_faults_name_its_requests(sim: str) -> None:
     [
         ("results:forget#1", "known for results: cut_file, html, http_500"),
         ("list:wrong_shape#1", "known for list: cut_json, html"),
-        ("poll:cut_file#1", "known for poll: bad_status, cut_json, foreign_results_url, forget"),
+        ("poll:cut_file#1", "known for poll: auth, bad_status, cut_json, foreign_results_url"),
         ("create:http_503#1;per_id=true", "per_id counts the reads"),
     ],
 )
