@@ -17,8 +17,7 @@ from typing import Any
 
 from prefect.futures import PrefectFuture
 
-from tasks.batch import process_batch
-from tasks.outcome import (
+from postledger.trip.outcome import (
     BatchOutcome,
     HeldByBreaker,
     LedgerFailed,
@@ -27,6 +26,7 @@ from tasks.outcome import (
     StopsRun,
     SubmissionEnded,
 )
+from tasks.batch import process_batch
 from tasks.submission import process_submission
 
 # How long leaving waits for task runs still in flight.
@@ -74,11 +74,23 @@ class BatchRuns:
         future.add_done_callback(lambda _future: self._ended.put(batch_id))
 
     def start_submission(
-        self, submission_id: str, batch_ids: list[str], *, job_id: str | None = None
+        self,
+        submission_id: str,
+        batch_ids: list[str],
+        *,
+        job_id: str | None = None,
+        resend: bool = False,
     ) -> None:
-        """`job_id`: the batches were sent by an interrupted run in that job; poll it (R23)."""
+        """`job_id`: the batches were sent by an interrupted run in that job; poll it (R23).
+        `resend`: they were sent by an interrupted run in this submission, its job's id never
+        saved, and a person said send them again (R24)."""
         future = process_submission.submit(
-            submission_id, batch_ids, self._ledger_url, holder=self._holder, job_id=job_id
+            submission_id,
+            batch_ids,
+            self._ledger_url,
+            holder=self._holder,
+            job_id=job_id,
+            resend=resend,
         )
         self.in_flight[submission_id] = future
         self._carried[submission_id] = tuple(batch_ids)

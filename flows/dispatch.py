@@ -31,8 +31,8 @@ from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import Answer, BreakerLevel, utcnow
 from postledger.settings import Settings
-from postledger.upstreams import carries_many
-from tasks.outcome import (
+from postledger.trip import new_submission_id
+from postledger.trip.outcome import (
     HeldByBreaker,
     LedgerFailed,
     OverBudget,
@@ -40,7 +40,7 @@ from tasks.outcome import (
     StopsRun,
     SubmissionEnded,
 )
-from tasks.submission import new_submission_id
+from postledger.upstreams import carries_many
 
 # How long the loop naps at most between looks at the ledger while posts wait.
 MAX_NAP_SECONDS = 5.0
@@ -69,12 +69,17 @@ def run_until_done(
     polls: list[str] | None = None,
     on_progress: ShowProgress | None = None,
     holder: str | None = None,
+    resends: list[str] | None = None,
 ) -> str | None:
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
-    upstream task is to be polled (a person said yes, R23); they go first. `on_progress` is
-    called whenever batches have ended. `holder`: this run's claim on the month."""
+    upstream task is to be polled (a person said yes, R23); `resends`: interrupted batches a
+    submission carried, to be sent again by that submission (a person said yes, R24); they go
+    first. `on_progress` is called whenever batches have ended. `holder`: this run's claim on
+    the month."""
     with BatchRuns(ledger_url, holder) as runs:
-        return Dispatch(ledger, month, settings, runs, list(polls or []), on_progress).run()
+        dispatch = Dispatch(ledger, month, settings, runs, list(polls or []), on_progress)
+        dispatch.to_resend = list(resends or [])
+        return dispatch.run()
 
 
 class Dispatch:
@@ -89,6 +94,7 @@ class Dispatch:
     ) -> None:
         self.ledger, self.month, self.settings, self.runs = ledger, month, settings, runs
         self.to_poll = polls
+        self.to_resend: list[str] = []  # batches to send again in the submission that carried them
         # A Batch API: a slot is a submission, one upstream job carrying many batches.
         self.submitting = carries_many(settings)
         self.on_progress = on_progress
@@ -127,7 +133,7 @@ class Dispatch:
         if room <= 0:
             return
         if self.submitting:
-            self.start_submissions(room)
+            self.start_submissions(room, phase)
             return
         try:
             plan_due_work(self.ledger, self.month, self.settings)
@@ -153,13 +159,16 @@ class Dispatch:
                 break
             room -= 1
 
-    def start_submissions(self, room: int) -> None:
+    def start_submissions(self, room: int, phase: Sending) -> None:
         """Interrupted jobs first (each polled as the submission it was), then the due batches
         in start order, as many as one job carries, per free slot."""
         try:
             plan_due_work(self.ledger, self.month, self.settings)
             while room > 0 and self.to_poll:
                 self.resume_next_job()
+                room -= 1
+            while room > 0 and self.to_resend:
+                self.resend_next_submission()
                 room -= 1
             most, _ = self.settings.submission_limits()
             while room > 0:
@@ -169,6 +178,12 @@ class Dispatch:
                     return
                 self.runs.start_submission(new_submission_id(self.month), batch_ids)
                 room -= 1
+                if self.settings.max_cost is not None:
+                    # Under a budget, one submission marks its batches at a time, as single
+                    # batches start one at a time: the next starts once this one's last batch
+                    # has passed its budget check, so none overtakes a batch held back (R9).
+                    self.phase = replace(phase, checking=batch_ids[-1])
+                    return
         except LedgerUnavailable as exc:
             self.stop(ledger_stop(exc, self.runs.busy(), self.settings, self.month))
 
@@ -188,6 +203,15 @@ class Dispatch:
         self.to_poll = [batch_id for batch_id in self.to_poll if batch_id not in same_job]
         self.runs.start_submission(first.submission_id, same_job, job_id=first.upstream_task_id)
 
+    def resend_next_submission(self) -> None:
+        """The next submission a person said may be sent again, with every batch of it that
+        was said yes to: sent again under its same key, after a look for its job."""
+        submission_id = self.ledger.batch(self.to_resend[0]).submission_id
+        assert submission_id is not None
+        same = [b for b in self.to_resend if self.ledger.batch(b).submission_id == submission_id]
+        self.to_resend = [b for b in self.to_resend if b not in same]
+        self.runs.start_submission(submission_id, same, resend=True)
+
     def patience(self) -> float:
         """How long to wait for the next end before looking at the ledger again."""
         checking = isinstance(self.phase, Sending) and self.phase.checking is not None
@@ -200,6 +224,9 @@ class Dispatch:
                     self.take(outcome)
                 if end.not_started is not None:
                     self.take(end.not_started)
+                phase = self.phase
+                if isinstance(phase, Sending) and phase.checking in end.batch_ids:
+                    self.phase = replace(phase, checking=None)
                 continue
             self.take(end)
             phase = self.phase
@@ -252,7 +279,7 @@ class Dispatch:
                     self.budget_stop,
                 )
         if self.breaker_level() is BreakerLevel.OPEN and (
-            self.to_poll or work_left(self.ledger, self.month, self.crashed)
+            self.to_poll or self.to_resend or work_left(self.ledger, self.month, self.crashed)
         ):
             # Everything sent has come back (R37): now a person decides (R19).
             return self.ask(
@@ -260,7 +287,7 @@ class Dispatch:
                 lambda answer: breaker_stop(self.upstream, self.month, answer),
             )
         wake = self.ledger.next_wake(self.month, skip=self.crashed)
-        if wake is None and not self.to_poll:
+        if wake is None and not self.to_poll and not self.to_resend:
             if self.crashed:  # not a clean end: say so, so the run is not marked a success
                 return Finished(
                     f"batches {', '.join(sorted(self.crashed))} crashed (see the log); their "

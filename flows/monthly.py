@@ -28,7 +28,7 @@ from flows.artifacts import MonthArtifacts
 from flows.dispatch import RunStopped, run_until_done
 from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
-from flows.recover import answer_given_before, ask_about_interrupted, carry_out
+from flows.recover import Recovered, answer_given_before, ask_about_interrupted, carry_out
 from flows.slots import free_stale_slots
 from flows.stop_request import stop_on_signals_again
 from postledger.batches.posts import (
@@ -47,12 +47,11 @@ from postledger.progress.words import SIMULATED
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchStatus
 from postledger.record.month_lease import MonthBusy
-from postledger.recovery.interrupted import finish_saved_outputs, import_spill
+from postledger.recovery.interrupted import Adoption, finish_saved_outputs, import_spill
 from postledger.recovery.steps import recovery_plan
 from postledger.settings import Settings, in_force
 from postledger.upstreams import can_list
-from postledger.upstreams.errors import UpstreamError
-from tasks.upstream_calls import adopt_orphaned_tasks, with_request_retries
+from tasks.upstream_calls import adopt_orphaned_tasks
 
 __all__ = ["RunStopped", "monthly_posts"]
 
@@ -157,13 +156,24 @@ def process_month(
         import_what_was_left(run)
         know_the_posts(run, posts, path)
         finish_saved_outputs_first(run)
-        adopt_orphans(run)
+        unsearched = adopt_orphans(run)
         with run.ledger.plain() as reader:
             recovery = recovery_plan(reader, run.month, run.settings)
         answer = answer_given_before(
             run.ledger, run.month, recovery, run.settings, poll=poll, resubmit=resubmit
         )
-        polls = carry_out(run.ledger, recovery, answer, run.settings) if answer else []
+        recovered = (
+            carry_out(
+                run.ledger,
+                recovery,
+                answer,
+                run.settings,
+                unsearched=unsearched,
+                holder=run.holder,
+            )
+            if answer
+            else Recovered()
+        )
         run.ledger.replan_unsent(run.month)
     except LedgerUnavailable as exc:
         raise RunStopped(f"{run.month}: nothing was sent: {exc}") from None
@@ -172,7 +182,7 @@ def process_month(
     artifacts = MonthArtifacts(run.ledger, run.month, run.settings)
     artifacts.update(force=True)
     try:
-        stopped = run_batches(run, polls, artifacts)
+        stopped = run_batches(run, recovered, artifacts)
         if stopped is None and answer is None and recovery.needs_yes:
             # Asked once, after everything safe is done (R22–R24, R47).
             answer = ask_about_interrupted(
@@ -183,8 +193,15 @@ def process_month(
                 on_asked=lambda: artifacts.update(force=True),
             )
             if answer is not None:
-                polls = carry_out(run.ledger, recovery, answer, run.settings)
-                stopped = run_batches(run, polls, artifacts)
+                recovered = carry_out(
+                    run.ledger,
+                    recovery,
+                    answer,
+                    run.settings,
+                    unsearched=unsearched,
+                    holder=run.holder,
+                )
+                stopped = run_batches(run, recovered, artifacts)
     except LedgerUnavailable as exc:
         raise RunStopped(f"{run.month}: stopped, nothing more was sent: {exc}") from None
     finally:
@@ -201,10 +218,13 @@ def import_what_was_left(run: MonthRun) -> None:
     month; the one file of earlier versions holds every month's."""
     settings = run.settings
     for spill in (Spill(settings.spill_file(run.month)), Spill(settings.resolved_spill_path())):
-        if taken := import_spill(run.ledger, spill, settings.price()):
+        taken, kept_aside = import_spill(run.ledger, spill, settings.price())
+        if taken:
             get_run_logger().warning(
                 "imported %d records from %s, left by an earlier run", taken, spill.path
             )
+        if kept_aside is not None:  # damaged lines: skipped, never deleted, said loudly (R46)
+            get_run_logger().warning(kept_aside.message())
 
 
 def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
@@ -233,19 +253,25 @@ def finish_saved_outputs_first(run: MonthRun) -> None:
         get_run_logger().info("finished %d batches from their saved outputs", len(finished))
 
 
-def adopt_orphans(run: MonthRun) -> None:
+def adopt_orphans(run: MonthRun) -> list[str]:
     """Upstream tasks that interrupted batches made are found by their metadata and adopted,
-    before anyone is asked to resubmit: looking is free (R49)."""
+    before anyone is asked to resubmit: looking is free (R49). Returns the batches whose look
+    gave no answer: they may have been made, so nothing sends them again in this run."""
     if not can_list(run.settings):
-        return
-    adopt = with_request_retries(adopt_orphaned_tasks, run.settings)
-    try:
-        if adopted := adopt.submit(run.month, run.ledger_url).result():
-            get_run_logger().warning(
-                "adopted the upstream tasks of interrupted batches: %s", adopted
-            )
-    except UpstreamError as exc:  # nothing adopted: recovery asks as it would anyway
-        get_run_logger().warning("could not look for orphaned upstream tasks: %s", exc)
+        return []
+    logger = get_run_logger()
+    # Prefect types an async task's result as its coroutine; a submitted one is resolved.
+    adopting = adopt_orphaned_tasks.submit(run.month, run.ledger_url, run.holder)
+    adoption = cast("Adoption", adopting.result())
+    if adoption.adopted:
+        logger.warning("adopted the upstream tasks of interrupted batches: %s", adoption.adopted)
+    if adoption.unsearched:
+        logger.warning(
+            "could not read the upstream's list of jobs for interrupted batches %s: they may "
+            "have been made (and paid for), so they wait for a look that answers",
+            adoption.unsearched,
+        )
+    return adoption.unsearched
 
 
 def make_room_for_batches(run: MonthRun) -> None:
@@ -270,7 +296,7 @@ def _flow_run_id(holder: str | None) -> UUID | None:
         return None
 
 
-def run_batches(run: MonthRun, polls: list[str], artifacts: MonthArtifacts) -> str | None:
+def run_batches(run: MonthRun, recovered: Recovered, artifacts: MonthArtifacts) -> str | None:
     """The month's batches within the window, until nothing is left to do; why it stopped
     early, if it did."""
     return run_until_done(
@@ -278,7 +304,8 @@ def run_batches(run: MonthRun, polls: list[str], artifacts: MonthArtifacts) -> s
         run.month,
         run.ledger_url,
         run.settings,
-        polls=polls,
+        polls=recovered.polls,
+        resends=recovered.resends,
         on_progress=artifacts.update,
         holder=run.holder,
     )

@@ -11,7 +11,8 @@ them, and carries the earlier yes out for the batches it covers only if nobody a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from prefect import get_run_logger
 from prefect.input import RunInput
@@ -92,11 +93,31 @@ def not_covered(answer: ApprovalRecord, covers: Coverage) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Recovered:
+    """What a yes lets the run do with interrupted batches: poll these (their task ids are
+    saved), and send these again in the submission that first carried them (on a Batch API,
+    so that its job is looked for by its metadata first, and never made twice)."""
+
+    polls: list[str] = field(default_factory=list)
+    resends: list[str] = field(default_factory=list)
+
+
 def carry_out(
-    ledger: Ledger, plan: RecoveryPlan, answer: ApprovalRecord, settings: Settings
-) -> list[str]:
-    """Do what the answer allows for the batches it covers; returns the batches to poll. The
-    resubmissions go back to the queue with their same idempotency key and request."""
+    ledger: Ledger,
+    plan: RecoveryPlan,
+    answer: ApprovalRecord,
+    settings: Settings,
+    *,
+    unsearched: Sequence[str] = (),
+    holder: str | None = None,
+) -> Recovered:
+    """Do what the answer allows for the batches it covers. A resubmission of a batch sent
+    alone goes back to the queue with its same idempotency key and request; one that a
+    submission carried is sent again by that submission, under its same key. `unsearched`:
+    batches whose orphaned job could not be looked for (the listing gave no answer): they may
+    have been made and paid for, so they are not sent again in this run, whatever the yes.
+    `holder`: the run's claim on the month, the fence of what it writes."""
     logger = get_run_logger()
     covers = covered_by(ledger, plan, answer)
     covered = set(covers.covered)
@@ -106,21 +127,33 @@ def carry_out(
         ledger.approvals.mark_used(answer.id)
     if not answer.poll:
         polls = []
-    for batch_id in resends if answer.resubmit else []:
-        ledger.resend_later(
-            batch_id,
-            f"resubmission confirmed by a person ({answer.answered_by})",
-            max_attempts=settings.max_attempts,
+    if not answer.resubmit:
+        resends = []
+    if waiting := [batch_id for batch_id in resends if batch_id in set(unsearched)]:
+        logger.warning(
+            "%s: not sent again, though a person said yes: the upstream's list of jobs could "
+            "not be read, and their job may have been made (and paid for). They wait for a "
+            "look that answers",
+            ", ".join(waiting),
         )
+        resends = [batch_id for batch_id in resends if batch_id not in set(waiting)]
+    in_submissions = [b for b in resends if ledger.batch(b).submission_id is not None]
+    for batch_id in resends:
+        if batch_id not in in_submissions:
+            ledger.resend_later(
+                batch_id,
+                f"resubmission confirmed by a person ({answer.answered_by})",
+                max_attempts=settings.max_attempts,
+                holder=holder,
+            )
     if covers.not_covered:
         logger.warning(
             "%s: nothing is done with them without a new yes", not_covered(answer, covers)
         )
-    waiting = len(plan.of(RecoveryAction.POLL)) - len(polls)
-    waiting += len(plan.of(RecoveryAction.RESUBMIT)) - (len(resends) if answer.resubmit else 0)
-    if waiting:
-        logger.warning("%d interrupted batches wait for a person's yes", waiting)
-    return polls
+    left = len(plan.asked_about) - len(polls) - len(resends)
+    if left:
+        logger.warning("%d interrupted batches wait for a person's yes", left)
+    return Recovered(polls, in_submissions)
 
 
 def ask_about_interrupted(

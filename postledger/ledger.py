@@ -24,7 +24,12 @@ from postledger.batches.posts import Post
 from postledger.failures.policy import Decision
 from postledger.guards.approvals import Approvals
 from postledger.guards.breaker_state import apply_signal, check_may_start
-from postledger.guards.charges import book_gateway_retries, book_send
+from postledger.guards.charges import (
+    book_gateway_retries,
+    book_send,
+    estimated_cost,
+    settle,
+)
 from postledger.guards.spend import Price, unpriced_budget
 from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine
@@ -92,6 +97,16 @@ class Ledger(LedgerReads):
         with self._locks.session(month) as session:
             yield session, Transitions(session, month)
 
+    @contextmanager
+    def _fenced(self, month: str, holder: str | None) -> Iterator[tuple[Session, Transitions]]:
+        """A write of the paid path: with `holder`, only while that run still holds the month
+        (its claim is the write's fencing token, R34): a run that lost the month to another
+        writes nothing more of it, and the run that holds it now is the only one to settle."""
+        with self._write(month) as (session, moves):
+            if holder is not None:
+                check_holds(session, month, holder)
+            yield session, moves
+
     # --- input and planning ----------------------------------------------------------------
 
     def sync_posts(
@@ -154,9 +169,7 @@ class Ledger(LedgerReads):
         if max_cost is not None and price is None:
             raise LedgerError(unpriced_budget("configured"))
         month = month_of(batch_id)
-        with self._write(month) as (session, moves):
-            if holder is not None:
-                check_holds(session, month, holder)
+        with self._fenced(month, holder) as (session, moves):
             batch = self._batch(session, batch_id)
             if upstream is not None:
                 self._locks.also(session, BREAKERS)
@@ -170,22 +183,30 @@ class Ledger(LedgerReads):
             sending.count_attempts(moves, batch, posts, first=first)
         return batch, posts
 
-    def record_task_id(self, batch_id: str, task_id: str, *, adopted: str | None = None) -> None:
+    def record_task_id(
+        self,
+        batch_id: str,
+        task_id: str,
+        *,
+        adopted: str | None = None,
+        holder: str | None = None,
+    ) -> None:
         """Save the upstream task id the moment it is known: recovery polls it (R23).
 
         `adopted`: the id was never saved by the run that made the task and was found
         upstream afterwards (why, and how); it is logged as an event of the batch, whose
-        status stays as it is."""
-        with self._write(month_of(batch_id)) as (session, moves):
+        status stays as it is. `holder`: the run's claim on the month, the write's fence
+        (`MonthLost`, and nothing written, when another run holds the month now)."""
+        with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
             sending.take_task_id(session, moves, batch, task_id, adopted)
 
     # --- a submission: one upstream job, many batches (Batch APIs) ---------------------------
 
-    def record_submission(self, submission: SubmissionRecord) -> None:
+    def record_submission(self, submission: SubmissionRecord, *, holder: str | None = None) -> None:
         """Persist a submission of batches already marked running, before its upstream job is
         made (R3): a crash anywhere after this leaves a record to find the job by."""
-        with self._write(submission.month) as (session, moves):
+        with self._fenced(submission.month, holder) as (session, moves):
             submissions.record(session, moves, submission)
 
     def record_job_id(
@@ -195,21 +216,28 @@ class Ledger(LedgerReads):
         *,
         file_id: str | None = None,
         adopted: str | None = None,
+        holder: str | None = None,
     ) -> list[str]:
         """Save the submission's upstream job id the moment it is known, on it and as the
         task id of each of its batches (R23). Returns the batches that took it."""
         month = self.submission(submission_id).month
-        with self._write(month) as (session, moves):
+        with self._fenced(month, holder) as (session, moves):
             found = session.get(SubmissionRecord, submission_id)
             assert found is not None  # submissions are never deleted
             return submissions.take_job_id(session, moves, found, job_id, file_id, adopted)
 
     def save_output(
-        self, batch_id: str, raw: str, usage: dict[str, Any] | None, price: Price | None = None
+        self,
+        batch_id: str,
+        raw: str,
+        usage: dict[str, Any] | None,
+        price: Price | None = None,
+        *,
+        holder: str | None = None,
     ) -> None:
         """Persist the raw output before checking it (R4): a crash while validating loses
         nothing, and nobody pays for it again. The charge is settled from the usage."""
-        with self._write(month_of(batch_id)) as (session, moves):
+        with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
             why = "output saved, not yet validated"
             sending.receive(session, moves, batch, raw, usage, price, why)
@@ -221,12 +249,16 @@ class Ledger(LedgerReads):
         check: OutputCheck | None = None,
         *,
         upstream: str | None = None,
+        usage: dict[str, Any] | None = None,
+        price: Price | None = None,
+        holder: str | None = None,
     ) -> None:
         """Carry out a business decision (postledger.failures.policy) in one transaction: successes
         saved first (R13), the others retried, split, made to wait or ended with a reason;
-        and what the outcome tells `upstream`'s breaker (R18)."""
+        and what the outcome tells `upstream`'s breaker (R18). `usage`: what the upstream
+        reported a failed answer used, booked as the batch's cost (R51)."""
         month = month_of(batch_id)
-        with self._write(month) as (session, moves):
+        with self._fenced(month, holder) as (session, moves):
             batch = self._batch(session, batch_id)
             if upstream is not None and decision.signal is not None:
                 self._locks.also(session, BREAKERS)
@@ -238,22 +270,31 @@ class Ledger(LedgerReads):
                     month=month,
                     sent_at=batch.started_at,
                 )
+            if usage is not None:
+                settle(session, batch_id, usage, price)
             carry_out(session, moves, batch, decision, check)
 
     def count_gateway_retries(
-        self, batch_id: str, retries: int, *, price: Price | None = None, prompt: str = ""
+        self,
+        batch_id: str,
+        retries: int,
+        *,
+        price: Price | None = None,
+        prompt: str = "",
+        holder: str | None = None,
     ) -> None:
         """A gateway between us and the upstream says it retried this batch's request on its
         own: each retry may have been charged, so each is on the books as a possible charge."""
         if retries <= 0:
             return
-        with self._write(month_of(batch_id)) as (session, moves):
+        with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
-            book_gateway_retries(session, moves, batch, retries, price=price, prompt=prompt)
+            estimated = estimated_cost(batch, price, prompt)
+            book_gateway_retries(session, moves, batch, retries, estimated=estimated)
 
-    def count_request_retry(self, batch_id: str) -> None:
+    def count_request_retry(self, batch_id: str, *, holder: str | None = None) -> None:
         """One more request-layer retry for this batch (R16: not a business attempt)."""
-        with self._write(month_of(batch_id)) as (session, _):
+        with self._fenced(month_of(batch_id), holder) as (session, _):
             batch = self._batch(session, batch_id)
             batch.request_retries += 1
             session.add(batch)
@@ -270,11 +311,18 @@ class Ledger(LedgerReads):
                 taken += recovery.take_spilled(session, moves, record, price)
         return taken
 
-    def resend_later(self, batch_id: str, why: str, *, max_attempts: int | None = None) -> None:
+    def resend_later(
+        self,
+        batch_id: str,
+        why: str,
+        *,
+        max_attempts: int | None = None,
+        holder: str | None = None,
+    ) -> None:
         """A person confirmed that an interrupted batch with no task id may be sent again
         (R24): back to `queued`, with its same idempotency key and request. A post that has
         had every paid attempt it may have gets one more: the person said yes to this one."""
-        with self._write(month_of(batch_id)) as (session, moves):
+        with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
             recovery.resend_later(session, moves, batch, why, max_attempts)
 

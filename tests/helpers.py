@@ -902,6 +902,11 @@ class Sim:
     def charged_per_post(self) -> Counter[str]:
         return Counter(pid for charge in self.charges() for pid in charge["post_ids"])
 
+    def fired(self) -> list[dict[str, Any]]:
+        """The faults that fired, in order, each with what it hit (`simulator.faults`)."""
+        fired: list[dict[str, Any]] = _LOOPBACK.get(f"{self.url}/_sim/faults").json()["fired"]
+        return fired
+
     def set_faults(self, rules: list[dict[str, Any]], seed: int = 0) -> None:
         """A new fault plan in force (its counts start again); `[]`: no more faults."""
         plan = {"seed": seed, "rules": rules}

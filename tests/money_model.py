@@ -1,260 +1,78 @@
 """The pieces of the money model (`tests/test_money_model.py`) that are not the machine itself:
-a small in-test upstream with its own charge log, the outputs it writes, the real upstream
-error objects it raises, and a fresh ledger per Hypothesis example.
-
-The model upstream plays the part of the paid AI as `simulator/upstream.py` does, without
-HTTP: a create that reaches it makes (and charges) a task, unless it honours idempotency keys
-and knows the key already; it remembers which batch, key, send and posts it charged.
+a fresh ledger per Hypothesis example, and the moments a trip can be made to fail at (a ledger
+write the database refuses, a crash, the month lost to another run). The model upstream at the
+wire is `tests/model_upstream.py`.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import postledger.upstreams.errors as upstream_module
-from postledger.failures.classify import failure_of
-from postledger.failures.policy import Failure, Reach
-from postledger.guards.spend import OUTPUT_TOKENS_PER_POST, tokens_of
+from sqlalchemy import Engine, event
+from sqlalchemy.exc import OperationalError
+
 from postledger.ledger import Ledger
-from postledger.record.models import FailureKind
-from postledger.upstreams.errors import (
-    AmbiguousCreate,
-    RejectedError,
-    TaskStillRunning,
-    TaskUnknownError,
-    TransportError,
-    UpstreamError,
-)
 from tests.helpers import LEDGER_ON_POSTGRES, PG_ADMIN_URL, fresh_ledger_database
+from tests.ledger_faults import InjectedDiskError
+from tests.model_upstream import Crash
 
 PROMPT = "Classify each post: category, sentiment, one sentence."
 
 
-class TaskOutcome(StrEnum):
-    """What the upstream made of a task, decided once per task (as the simulator does)."""
-
-    GOOD = "good"  # every item valid
-    PARTLY_INVALID = "partly_invalid"  # some items invalid
-    UNUSABLE = "unusable"  # the whole output is not usable
-    FAILED = "failed"  # the task ended failed, no output
-
-
 @dataclass
-class ModelTask:
-    task_id: str
-    key: str
-    batch_id: str
-    request: list[tuple[str, str]]
-    outcome: TaskOutcome | None = None  # None: still running upstream
-    forgotten: bool = False  # the upstream lost it (its charge stays)
+class Mishaps:
+    """Where a trip goes wrong, counted in moments: each request that reached the upstream
+    (after it was served) and each write statement the ledger is asked to run. `crash_at`:
+    the process dies there (after a request is served: its answer never arrives; before a
+    write: it is never made); `ledger_fails_at`: that write fails as a database that lost its
+    disk would; `lease_lost_at`: after that request, another run takes the month over."""
+
+    crash_at: int | None = None
+    ledger_fails_at: int | None = None
+    lease_lost_at: int | None = None
+    moment: int = 0
+    take_over: Callable[[], None] | None = None
+
+    def after_request(self) -> None:
+        self.moment += 1
+        if self.moment == self.lease_lost_at and self.take_over is not None:
+            self.take_over()
+        if self.moment == self.crash_at:
+            raise Crash(f"crash after request {self.moment}")
+
+    def before_write(self, statement: str, parameters: Any) -> None:
+        self.moment += 1
+        if self.moment == self.crash_at:
+            raise Crash(f"crash before write {self.moment}")
+        if self.moment == self.ledger_fails_at:
+            raise OperationalError(statement, parameters, InjectedDiskError())
 
 
-@dataclass(frozen=True)
-class ModelCharge:
-    """One charge in the model upstream's log (like the simulator's /_sim/charges)."""
-
-    task_id: str
-    key: str
-    batch_id: str
-    send: int  # the batch's `sends` when the create that made this charge was sent
-    post_ids: tuple[str, ...]
+WRITES = ("INSERT", "UPDATE", "DELETE")
 
 
-@dataclass
-class ModelUpstream:
-    honour_keys: bool
-    tasks: dict[str, ModelTask] = field(default_factory=dict)
-    by_key: dict[str, str] = field(default_factory=dict)
-    charges: list[ModelCharge] = field(default_factory=list)
-    creates: int = 0  # creates that reached it (charged or not)
-    _next: int = 0
+@contextmanager
+def mishaps_in(engine: Engine, mishaps: Mishaps) -> Iterator[Mishaps]:
+    """The ledger's write statements meet `mishaps` while the block runs."""
 
-    def create(
-        self, batch_id: str, key: str, send: int, request: list[tuple[str, str]]
-    ) -> tuple[ModelTask, bool]:
-        """A create that reached the upstream and was accepted: its task, and whether it was
-        charged now. A known key (when keys are honoured) is answered with its task, free."""
-        self.creates += 1
-        if self.honour_keys and key in self.by_key:
-            task = self.tasks[self.by_key[key]]
-            assert task.request == request, (
-                f"{batch_id}: the same idempotency key was sent with another request "
-                f"({task.request} then {request}): an upstream would refuse it"
-            )
-            return task, False
-        self._next += 1
-        task = ModelTask(f"task-{self._next:04d}", key, batch_id, list(request))
-        self.tasks[task.task_id] = task
-        if self.honour_keys:
-            self.by_key[key] = task.task_id
-        self.charges.append(
-            ModelCharge(task.task_id, key, batch_id, send, tuple(pid for pid, _ in request))
-        )
-        return task, True
+    def before(
+        _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool
+    ) -> None:
+        if statement.lstrip().upper().startswith(WRITES):
+            mishaps.before_write(statement, parameters)
 
-    def refused(self) -> None:
-        """A create that reached the upstream and was refused: nothing made, nothing charged."""
-        self.creates += 1
-
-    def forget(self, task_id: str) -> None:
-        task = self.tasks[task_id]
-        task.forgotten = True
-        if self.by_key.get(task.key) == task_id:
-            del self.by_key[task.key]
-
-    def charges_per_post(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for charge in self.charges:
-            for post_id in charge.post_ids:
-                counts[post_id] = counts.get(post_id, 0) + 1
-        return counts
-
-
-def output_of(task: ModelTask) -> str:
-    """The raw output the model upstream delivers for a task that ended with an output."""
-    if task.outcome is TaskOutcome.UNUSABLE:
-        return "I am sorry, I cannot classify these posts today."
-    items = []
-    for index, (post_id, _) in enumerate(task.request):
-        bad = task.outcome is TaskOutcome.PARTLY_INVALID and index % 2 == 0
-        items.append(
-            {
-                "id": post_id,
-                "category": "bogus" if bad else "question",
-                "sentiment": "neutral",
-                "summary": f"A post ({post_id}).",
-            }
-        )
-    return json.dumps(items)
-
-
-def usage_of(task: ModelTask) -> dict[str, int]:
-    """The usage the upstream reports: input as the estimate counts it, output below the
-    estimate's typical answer (so a settled cost never exceeds its estimate)."""
-    input_tokens = tokens_of(len(PROMPT)) + sum(tokens_of(len(text)) for _, text in task.request)
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": OUTPUT_TOKENS_PER_POST * len(task.request) // 2,
-    }
-
-
-# --- the real error objects the upstream clients raise, and their classification ------------
-
-
-class CreateFault(StrEnum):
-    """How a create can end other than with a task id."""
-
-    AMBIGUOUS = "ambiguous"  # sent, no answer: the upstream may have made and charged it
-    NOT_SENT = "not_sent"  # no connection was made: certainly never arrived
-    AUTH = "auth"  # 401
-    QUOTA = "quota"  # 402
-    PERMISSION = "permission"  # 403
-    QUOTA_429 = "quota_429"  # 429 insufficient_quota: a quota, not a rate limit
-    BAD_REQUEST = "bad_request"  # 400
-    NOT_FOUND = "not_found"  # 404 on the create: a misconfigured base URL
-    RATE_LIMITED = "rate_limited"  # 429, no usable Retry-After
-    RATE_LIMITED_WAIT = "rate_limited_wait"  # 429 with a Retry-After
-
-
-class PollFault(StrEnum):
-    """How polling a saved task id can end without an output."""
-
-    TRANSPORT = "transport"  # request retries exhausted while polling
-    STILL_RUNNING = "still_running"  # our deadline passed, the task may still finish
-    AUTH = "auth"  # a 401 on the poll: the task was made and paid, only the upstream knows
-
-
-def create_error(fault: CreateFault, *, honour_keys: bool, retry_after: float) -> UpstreamError:
-    """The error a create ends with, as the upstream clients raise it."""
-    if fault is CreateFault.AMBIGUOUS:
-        if honour_keys:
-            return TransportError("read timeout after the request was sent", maybe_sent=True)
-        return AmbiguousCreate("the create may have arrived; the upstream ignores keys")
-    if fault is CreateFault.NOT_SENT:
-        return TransportError("connection refused", maybe_sent=False)
-    if fault is CreateFault.RATE_LIMITED:
-        return RejectedError("429 too many requests", status=429, error_type="rate_limit")
-    if fault is CreateFault.RATE_LIMITED_WAIT:
-        return RejectedError(
-            "429 too many requests",
-            status=429,
-            error_type="rate_limit_exceeded",
-            retry_after=retry_after,
-        )
-    statuses = {
-        CreateFault.AUTH: (401, "invalid_api_key"),
-        CreateFault.QUOTA: (402, "payment_required"),
-        CreateFault.PERMISSION: (403, "model_not_allowed"),
-        CreateFault.QUOTA_429: (429, "insufficient_quota"),
-        CreateFault.BAD_REQUEST: (400, "invalid_request"),
-        CreateFault.NOT_FOUND: (404, "not_found"),
-    }
-    status, error_type = statuses[fault]
-    if fault is CreateFault.NOT_FOUND and _ENDPOINT_NOT_FOUND is not None:
-        return _ENDPOINT_NOT_FOUND(
-            "404 on POST /v1/tasks: check POSTLEDGER_UPSTREAM_URL", status=404, error_type=None
-        )
-    return RejectedError(f"{status} {error_type}", status=status, error_type=error_type)
-
-
-# The upstream clients' "404 on a call that names no task" (newer than some checkouts).
-_ENDPOINT_NOT_FOUND: type[RejectedError] | None = getattr(upstream_module, "EndpointNotFound", None)
-
-EXPECTED_KIND = {
-    CreateFault.AMBIGUOUS: FailureKind.TRANSPORT,
-    CreateFault.NOT_SENT: FailureKind.TRANSPORT,
-    CreateFault.AUTH: FailureKind.AUTH,
-    CreateFault.QUOTA: FailureKind.QUOTA,
-    CreateFault.PERMISSION: FailureKind.PERMISSION,
-    CreateFault.QUOTA_429: FailureKind.QUOTA,
-    CreateFault.BAD_REQUEST: FailureKind.REJECTED,
-    CreateFault.NOT_FOUND: FailureKind.REJECTED,
-    CreateFault.RATE_LIMITED: FailureKind.RATE_LIMITED,
-    CreateFault.RATE_LIMITED_WAIT: FailureKind.RATE_LIMITED,
-}
-
-
-def create_failure(fault: CreateFault, *, honour_keys: bool, retry_after: float) -> Failure:
-    """The classified failure of a create, through `failure_of` on the real error object
-    (the 404 is built by hand where the clients have no error class for it yet)."""
-    if fault is CreateFault.NOT_FOUND and _ENDPOINT_NOT_FOUND is None:
-        return Failure(
-            FailureKind.REJECTED,
-            "404 on POST /v1/tasks: check POSTLEDGER_UPSTREAM_URL",
-            Reach.NEVER,
-            misconfigured=True,
-        )
-    failure = failure_of(create_error(fault, honour_keys=honour_keys, retry_after=retry_after))
-    assert failure.kind is EXPECTED_KIND[fault], (fault, failure)
-    never = fault is not CreateFault.AMBIGUOUS
-    assert (failure.reach is Reach.NEVER) is never, (fault, failure)
-    assert failure.misconfigured is (fault is CreateFault.NOT_FOUND), (fault, failure)
-    return failure
-
-
-def poll_error(fault: PollFault) -> UpstreamError:
-    if fault is PollFault.TRANSPORT:
-        return TransportError("502 bad gateway while polling", maybe_sent=True, status=502)
-    if fault is PollFault.STILL_RUNNING:
-        return TaskStillRunning("the task did not end before our deadline")
-    return RejectedError("401 invalid api key", status=401, error_type="invalid_api_key")
-
-
-def unknown_task_error(task_id: str) -> UpstreamError:
-    return TaskUnknownError(f"404: no task {task_id}", status=404, error_type="not_found")
-
-
-def failed_task_error(task_id: str) -> UpstreamError:
-    """What `tasks/batch.py` raises when the task ended without an output."""
-    return UpstreamError(f"the upstream task ended failed: {task_id} failed upstream")
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield mishaps
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
 
 
 # --- a fresh ledger per example ------------------------------------------------------------

@@ -1,7 +1,8 @@
 """How the Message Batches client speaks and reads, with no server (an in-process
-`httpx.MockTransport` answering as Anthropic): the one request of a ledger batch, the result
-read from `results_url` (and the key never sent to another host), and what each kind of result
-becomes. (Over real HTTP: tests/flow/test_faults.py, tests/flow/test_anthropic_sdk.py.)"""
+`httpx.MockTransport` answering as Anthropic): the one request of a ledger batch, the results
+read at the documented path through the configured base URL (the key never sent to the host a
+`results_url` names), and what each kind of result becomes. (Over real HTTP:
+tests/flow/test_faults.py, tests/flow/test_anthropic_sdk.py.)"""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ import pytest
 
 from postledger.upstreams.anthropic_batch import AnthropicBatchClient
 from postledger.upstreams.anthropic_protocol import API_VERSION, TOOL_NAME
-from postledger.upstreams.calls import TaskSnapshot, TaskStatus
-from postledger.upstreams.errors import UpstreamError
+from postledger.upstreams.calls import (
+    Delivered,
+    JobEnded,
+    NoVerdict,
+    NoVerdictReason,
+    Running,
+    UpstreamFailed,
+)
 from tests.test_anthropic_messages import RESULTS, message, tool_call
 from tests.test_upstream_errors import KEY, REQUEST, client_of, create
 
@@ -30,7 +37,7 @@ def batch(status: str, results_url: str | None = None) -> dict[str, Any]:
 
 
 def snapshot_of(base: str, result: dict[str, Any], results_url: str) -> tuple[Any, list[str]]:
-    """What `get_task` makes of an ended batch with this one result line; the URLs asked."""
+    """What one look makes of an ended batch with this one result line; the URLs asked."""
     asked: list[str] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -42,10 +49,7 @@ def snapshot_of(base: str, result: dict[str, Any], results_url: str) -> tuple[An
 
     async def read() -> Any:
         async with client_of(AnthropicBatchClient, answer, base) as client:
-            try:
-                return await client.get_task("msgbatch_1")
-            except UpstreamError as exc:
-                return exc
+            return await client.look("msgbatch_1")
 
     return asyncio.run(read()), asked
 
@@ -73,14 +77,14 @@ def test_a_ledger_batch_is_one_request_named_by_its_id() -> None:
 
 
 @pytest.mark.parametrize("base", ["https://api.anthropic.com", "https://api.anthropic.com/v1"])
-def test_a_succeeded_result_is_the_answer_read_from_results_url(base: str) -> None:
+def test_a_succeeded_result_is_the_answer_read_at_the_documented_path(base: str) -> None:
     url = "https://api.anthropic.com/v1/messages/batches/msgbatch_1/results"
     result = {"type": "succeeded", "message": message([tool_call(RESULTS)])}
     snapshot, asked = snapshot_of(base, result, url)
-    assert isinstance(snapshot, TaskSnapshot) and snapshot.status is TaskStatus.SUCCEEDED
-    assert json.loads(snapshot.output or "") == RESULTS
+    assert isinstance(snapshot, Delivered)
+    assert json.loads(snapshot.output) == RESULTS
     assert snapshot.usage == {"input_tokens": 100, "output_tokens": 40}
-    assert asked[-1] == url  # whatever the configured base, the URL Anthropic gave
+    assert asked[-1] == url  # whatever the configured base's form
 
 
 @pytest.mark.parametrize(
@@ -102,25 +106,78 @@ def test_a_request_that_did_not_succeed_fails_the_task_and_says_it_was_not_bille
 ) -> None:
     url = "https://api.anthropic.com/v1/messages/batches/msgbatch_1/results"
     snapshot, _ = snapshot_of("https://api.anthropic.com", result, url)
-    assert snapshot.status is TaskStatus.FAILED and snapshot.output is None
-    assert why in (snapshot.error or "") and snapshot.billed is False
+    assert isinstance(snapshot, UpstreamFailed)
+    assert why in snapshot.reason and snapshot.billed is False
 
 
-def test_the_key_is_never_sent_to_a_results_url_on_another_host() -> None:
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "https://api.anthropic.com/v1/messages/batches/msgbatch_1/results",  # behind a gateway
+        "https://collector.example/v1/messages/batches/msgbatch_1/results",
+    ],
+)
+def test_behind_a_gateway_the_results_are_read_through_it_and_the_key_goes_nowhere_else(
+    elsewhere: str,
+) -> None:
+    """The gateway passes on Anthropic's `results_url`, on Anthropic's own host: the results
+    are read through the configured base URL at the documented path, and the key is never
+    sent to the host the URL names."""
     result = {"type": "succeeded", "message": message([tool_call(RESULTS)])}
-    elsewhere = "https://collector.example/v1/messages/batches/msgbatch_1/results"
-    error, asked = snapshot_of("https://api.anthropic.com", result, elsewhere)
-    assert isinstance(error, UpstreamError) and "another host" in str(error)
-    assert all(url.startswith("https://api.anthropic.com/") for url in asked)
+    snapshot, asked = snapshot_of("https://gateway.example/anthropic", result, elsewhere)
+    assert isinstance(snapshot, Delivered) and json.loads(snapshot.output) == RESULTS
+    assert asked[-1] == "https://gateway.example/anthropic/v1/messages/batches/msgbatch_1/results"
+    assert all(url.startswith("https://gateway.example/anthropic/") for url in asked)
+
+
+def test_results_that_lack_a_batchs_line_or_are_cut_have_no_verdict_for_it() -> None:
+    good = {
+        "custom_id": "b1",
+        "result": {"type": "succeeded", "message": message([tool_call(RESULTS)])},
+    }
+    cut = json.dumps({"custom_id": "b2", "result": {"type": "succeeded"}})[:20]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/results"):
+            return httpx.Response(200, content=(json.dumps(good) + "\n" + cut).encode())
+        return httpx.Response(200, json=batch("ended", "https://api.anthropic.com/x"))
+
+    async def read() -> Any:
+        async with client_of(AnthropicBatchClient, answer, "https://api.anthropic.com") as client:
+            return await client.look_job("msgbatch_1", ["b1", "b2", "b3"])
+
+    seen = asyncio.run(read())
+    assert isinstance(seen, JobEnded) and isinstance(seen.lines["b1"], Delivered)
+    for missing in ("b2", "b3"):
+        line = seen.lines[missing]
+        assert isinstance(line, NoVerdict) and line.reason is NoVerdictReason.RESULTS_INCOMPLETE
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "msgbatch_1", "processing_status": "paused"},  # a status Anthropic does not have
+        ["msgbatch_1"],  # not a Message Batch at all
+    ],
+)
+def test_a_body_that_is_not_a_message_batch_has_no_verdict(body: Any) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body)
+
+    async def read() -> Any:
+        async with client_of(AnthropicBatchClient, answer, "https://api.anthropic.com") as client:
+            return await client.look_job("msgbatch_1", ["b1"])
+
+    seen = asyncio.run(read())
+    assert isinstance(seen, NoVerdict) and seen.reason is NoVerdictReason.NOT_THE_ANSWER
 
 
 def test_a_batch_still_in_progress_is_running() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json=batch("in_progress"))
 
-    async def read() -> TaskSnapshot:
+    async def read() -> Any:
         async with client_of(AnthropicBatchClient, answer, "https://api.anthropic.com") as client:
-            snapshot: TaskSnapshot = await client.get_task("msgbatch_1")
-            return snapshot
+            return await client.look("msgbatch_1")
 
-    assert asyncio.run(read()).status is TaskStatus.RUNNING
+    assert isinstance(asyncio.run(read()), Running)

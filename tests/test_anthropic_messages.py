@@ -20,7 +20,7 @@ from postledger.failures.policy import Reach
 from postledger.record.models import FailureKind
 from postledger.upstreams.anthropic_messages import AnthropicMessagesClient
 from postledger.upstreams.anthropic_protocol import API_VERSION, TOOL_NAME, message_result
-from postledger.upstreams.calls import TaskStatus
+from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
 from postledger.upstreams.errors import EndpointNotFound, RejectedError, TransportError
 from postledger.upstreams.http import parse_reset_time, retry_after_of
 from tests.test_upstream_errors import KEY, client_of, create, create_error
@@ -67,9 +67,8 @@ def test_the_request_names_the_version_carries_the_key_in_its_header_and_forces_
     assert [tool["name"] for tool in body["tools"]] == [TOOL_NAME]
     assert body["max_tokens"] == 4096 and "Analyse." in body["system"]
     assert [m["role"] for m in body["messages"]] == ["user"]  # no "system" role
-    assert created.task_id is None and created.finished is not None
-    assert created.finished.status is TaskStatus.SUCCEEDED
-    assert json.loads(created.finished.output or "") == RESULTS
+    assert created.task_id is None and isinstance(created.finished, Delivered)
+    assert json.loads(created.finished.output) == RESULTS
 
 
 @pytest.mark.parametrize("base", ["https://gw.example/anthropic", "https://gw.example/v1"])
@@ -86,16 +85,22 @@ def test_a_base_url_with_or_without_v1_reaches_v1_messages(base: str) -> None:
 
 def test_cached_input_tokens_count_as_input() -> None:
     body = message([tool_call(RESULTS)], cache_creation_input_tokens=7, cache_read_input_tokens=3)
-    _, usage, _ = message_result(body)
-    assert usage == {"input_tokens": 110, "output_tokens": 40}
+    answer = message_result(body)
+    assert isinstance(answer, Delivered)
+    assert answer.usage == {"input_tokens": 110, "output_tokens": 40}
 
 
 def test_a_text_answer_is_the_output_to_check_and_an_empty_one_says_why() -> None:
-    text, _, error = message_result(message([{"type": "text", "text": "I cannot."}]))
-    assert (text, error) == ("I cannot.", None)  # paid for: checking it says it is unusable
-    empty = {**message([]), "stop_reason": "max_tokens"}
-    output, _, error = message_result(empty)
-    assert output is None and error and "max_tokens" in error
+    text = message_result(message([{"type": "text", "text": "I cannot."}]))
+    assert isinstance(text, Delivered) and text.output == "I cannot."  # paid: checked, unusable
+    empty = message_result({**message([]), "stop_reason": "max_tokens"})
+    assert isinstance(empty, UpstreamFailed) and empty.billed and "max_tokens" in empty.reason
+    assert empty.usage is not None  # what it used is booked as it is
+
+
+def test_a_body_that_is_not_a_message_has_no_verdict() -> None:
+    seen = message_result({"type": "error"})
+    assert isinstance(seen, NoVerdict) and seen.reason is NoVerdictReason.NOT_THE_ANSWER
 
 
 CREDIT = "Your credit balance is too low to access the Anthropic API."

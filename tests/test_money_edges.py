@@ -7,7 +7,8 @@ checks made before anything is marked running. Each test is named after the defe
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from postledger.guards.spend import DEFAULT_PRICES
 from postledger.guards.spill import Spill, SpillFailed, SpillKind
 from postledger.ledger import Ledger
 from postledger.preflight import problems_of
+from postledger.record import month_lease
+from postledger.record.claims import STALE
 from postledger.record.models import (
     BatchStatus,
     BreakerLevel,
@@ -30,7 +33,7 @@ from postledger.record.models import (
     SpendState,
     utcnow,
 )
-from postledger.record.month_lease import STALE, MonthLost
+from postledger.record.month_lease import MonthBusy, MonthLeases, MonthLost
 from postledger.settings import Settings
 from simulator.model import write_output
 
@@ -219,13 +222,7 @@ def test_a_run_that_lost_its_month_starts_no_batch(ledger_url: str) -> None:
     first, second = planned(ledger, MONTH, 4, max_posts=2)
     ledger.leases.claim(MONTH, "run-a")
     ledger.mark_running(first, holder="run-a")
-    with Session(ledger.engine) as session:  # run-a froze: no heartbeat for over 90 s ...
-        claim = session.get(MonthRunRecord, MONTH)
-        assert claim is not None
-        claim.heartbeat_at, claim.host = utcnow() - STALE - timedelta(seconds=1), "other-host"
-        session.add(claim)
-        session.commit()
-    ledger.leases.claim(MONTH, "run-b")  # ... so another host took the month over
+    take_over(ledger, "run-b")  # run-a froze, so another host took the month over
 
     with pytest.raises(MonthLost, match="no longer holds 2026-10"):
         ledger.mark_running(second, holder="run-a")
@@ -234,6 +231,68 @@ def test_a_run_that_lost_its_month_starts_no_batch(ledger_url: str) -> None:
     assert ledger.batch(second).status is BatchStatus.QUEUED
     assert all(p.attempts == 0 for p in ledger.posts_of(second))
     ledger.close()
+
+
+def test_a_run_that_lost_its_month_writes_nothing_more_of_it(ledger_url: str) -> None:
+    """The claim is every paid-path write's fence: a run that lost its month to another (its
+    heartbeat missed) settles nothing of it any more; the run that holds it now does."""
+    ledger = Ledger(ledger_url)
+    first, _ = planned(ledger, MONTH, 4, max_posts=2)
+    ledger.leases.claim(MONTH, "run-a")
+    ledger.mark_running(first, holder="run-a")
+    ledger.record_task_id(first, "task-1", holder="run-a")
+    take_over(ledger, "run-b")
+    before = [(e.seq, e.why) for e in ledger.events(MONTH)]
+    writes: list[Callable[[], object]] = [
+        lambda: ledger.record_task_id(first, "task-2", holder="run-a"),
+        lambda: ledger.count_request_retry(first, holder="run-a"),
+        lambda: ledger.count_gateway_retries(first, 1, holder="run-a"),
+        lambda: ledger.save_output(first, "[]", None, holder="run-a"),
+    ]
+    for write in writes:
+        with pytest.raises(MonthLost):
+            write()
+    batch = ledger.batch(first)
+    assert (batch.upstream_task_id, batch.request_retries, batch.gateway_retries) == (
+        "task-1",
+        0,
+        0,
+    )
+    assert batch.status is BatchStatus.RUNNING and batch.raw_output is None
+    assert [(e.seq, e.why) for e in ledger.events(MONTH)] == before
+    ledger.save_output(first, "[]", None, holder="run-b")  # the holder now settles it
+    assert ledger.batch(first).status is BatchStatus.RECEIVED
+    ledger.close()
+
+
+def test_a_host_whose_clock_runs_ahead_does_not_take_a_live_runs_month(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another host's clock is two minutes ahead of this one's: a heartbeat this host wrote a
+    moment ago must not look stale to it. Heartbeats are stamped and judged by the database's
+    clock, the one clock both hosts share."""
+    ledger = Ledger(ledger_url)
+    planned(ledger, MONTH, 2, max_posts=2)
+    ledger.leases.claim(MONTH, "run-a")  # a live run, heartbeat just now
+    ahead = datetime.now(UTC) + timedelta(seconds=120)
+    monkeypatch.setattr(month_lease, "utcnow", lambda: ahead, raising=False)  # that host's
+    other_host = MonthLeases(ledger._locks)
+    other_host._host = "host-b"
+    with pytest.raises(MonthBusy):
+        other_host.claim(MONTH, "run-b")
+    ledger.close()
+
+
+def take_over(ledger: Ledger, holder: str) -> None:
+    """The month's holder froze (no heartbeat for over 90 s, from another host): `holder`
+    takes the month over."""
+    with Session(ledger.engine) as session:
+        claim = session.get(MonthRunRecord, MONTH)
+        assert claim is not None
+        claim.heartbeat_at, claim.host = utcnow() - STALE - timedelta(seconds=1), "other-host"
+        session.add(claim)
+        session.commit()
+    ledger.leases.claim(MONTH, holder)
 
 
 # --- the spill: one file per month, locked against a concurrent import, imported once -----------

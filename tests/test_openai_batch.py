@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from postledger.upstreams.calls import TaskStatus
+from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
 from postledger.upstreams.openai_batch import line_result
 
 GOOD = {"results": [{"id": "a", "category": "praise", "sentiment": "positive", "summary": "ok"}]}
@@ -30,29 +30,47 @@ def errored(code: str, status_code: int | None = None) -> dict[str, Any]:
 
 
 def test_the_answered_line_is_the_batch_output_with_its_usage() -> None:
-    got = line_result("batch_1", [answered(GOOD)], "completed")
-    assert got.status is TaskStatus.SUCCEEDED and json.loads(got.output or "") == GOOD
+    got = line_result([answered(GOOD)], "completed")
+    assert isinstance(got, Delivered) and json.loads(got.output) == GOOD
     assert got.usage == {"input_tokens": 10, "output_tokens": 5}
 
 
 def test_a_request_that_failed_upstream_is_taken_as_billed() -> None:
-    got = line_result("batch_1", [errored("server_error", 500)], "completed")
-    assert (got.status, got.output, got.billed) == (TaskStatus.FAILED, None, True)
-    assert got.error is not None and "server_error" in got.error
+    got = line_result([errored("server_error", 500)], "completed")
+    assert isinstance(got, UpstreamFailed) and got.billed
+    assert "server_error" in got.reason
 
 
 def test_a_request_that_never_ran_is_not_billed() -> None:
     for code, status in (("batch_expired", "expired"), ("batch_cancelled", "cancelled")):
-        got = line_result("batch_1", [errored(code)], status)
-        assert (got.status, got.billed) == (TaskStatus.FAILED, False)
-        assert got.error is not None and code in got.error and "not billed" in got.error
-    absent = line_result("batch_1", [], "expired")  # not in either file: it never ran
-    assert (absent.status, absent.billed) == (TaskStatus.FAILED, False)
+        got = line_result([errored(code)], status)
+        assert isinstance(got, UpstreamFailed) and not got.billed
+        assert code in got.reason and "not billed" in got.reason
 
 
-def test_a_completed_batch_without_the_line_is_a_failure_taken_as_billed() -> None:
-    got = line_result("batch_1", [], "completed")
-    assert (got.status, got.billed) == (TaskStatus.FAILED, True)
+def test_an_ended_batch_without_the_line_has_no_verdict_for_it() -> None:
+    """A line the output and error files lack (a cut file, a file read short) says nothing:
+    the request may have run and been billed. The batch waits and is read again."""
+    for status in ("completed", "expired", "cancelled"):
+        got = line_result([], status)
+        assert isinstance(got, NoVerdict) and got.reason is NoVerdictReason.RESULTS_INCOMPLETE
+
+
+def test_an_answered_line_that_is_not_a_completion_has_no_verdict() -> None:
+    line = {"custom_id": "2026-10-b0001", "response": {"status_code": 200, "body": {"x": 1}}}
+    got = line_result([line], "completed")
+    assert isinstance(got, NoVerdict) and got.reason is NoVerdictReason.NOT_THE_ANSWER
+
+
+def test_a_completion_with_no_text_is_the_upstreams_billed_answer_with_its_usage() -> None:
+    body = {
+        "choices": [{"message": {"content": None, "refusal": "no"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1},
+    }
+    line = {"custom_id": "2026-10-b0001", "response": {"status_code": 200, "body": body}}
+    got = line_result([line], "completed")
+    assert isinstance(got, UpstreamFailed) and got.billed
+    assert got.usage == {"input_tokens": 10, "output_tokens": 1}
 
 
 def test_a_batch_made_before_one_line_per_batch_is_read_a_line_per_post() -> None:
@@ -65,7 +83,6 @@ def test_a_batch_made_before_one_line_per_batch_is_read_a_line_per_post() -> Non
 
     good = {"id": "a", "category": "praise", "sentiment": "positive", "summary": "ok"}
     got = line_result(
-        "batch_1",
         [
             line("a", [good]),
             line("b", {**good, "id": "c"}),  # names another post: b's error, never c's result
@@ -75,8 +92,8 @@ def test_a_batch_made_before_one_line_per_batch_is_read_a_line_per_post() -> Non
         ],
         "completed",
     )
-    assert got.status is TaskStatus.SUCCEEDED
-    items = {item["id"]: item for item in json.loads(got.output or "")}
+    assert isinstance(got, Delivered)
+    items = {item["id"]: item for item in json.loads(got.output)}
     assert items["a"] == good and items["c"]["category"] == "praise"
     assert "names post 'c'" in items["b"]["error"]
     assert "not one item" in items["d"]["error"]

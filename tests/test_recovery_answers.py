@@ -100,11 +100,11 @@ class Run:
         with ledger.plain() as reader:
             plan = recovery_plan(reader, MONTH, settings)
         answer = answer_given_before(ledger, MONTH, plan, settings, poll=None, resubmit=None)
-        polls = carry_out(ledger, plan, answer, settings) if answer else []
+        polls = carry_out(ledger, plan, answer, settings).polls if answer else []
         if answer is None and plan.needs_yes:
             answer = ask_about_interrupted(ledger, MONTH, plan, settings)
             if answer is not None:
-                polls = carry_out(ledger, plan, answer, settings)
+                polls = carry_out(ledger, plan, answer, settings).polls
         return polls
 
     @property

@@ -1,4 +1,4 @@
-"""How many batches one upstream job carries (`tasks/submission.py::_Submission.mark`), on a real
+"""How many batches one upstream job carries (`postledger.trip.marking.mark_for_job`), on a real
 ledger and with no upstream call: in start order, up to the job's limit of lines and bytes, and
 never past a batch that may not start (the budget): it and every batch after it stay queued,
 unpaid."""
@@ -17,9 +17,10 @@ from postledger.guards.spend import Price, estimate
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus
 from postledger.settings import Settings, UpstreamKind
+from postledger.trip import OverBudget, Trip
+from postledger.trip.marking import mark_for_job
+from postledger.upstreams import facts_of
 from postledger.upstreams.openai_batch import request_line
-from tasks.outcome import OverBudget
-from tasks.submission import _Submission
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)
@@ -35,7 +36,26 @@ def planned(tmp_path: Path) -> Ledger:
     return ledger
 
 
-def submission(ledger: Ledger, **settings: Any) -> _Submission:
+class NoCalls:
+    """A port for a trip that only marks: marking makes no upstream call."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.facts = facts_of(settings)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"marking called the upstream ({name})")
+
+
+class Marking:
+    def __init__(self, trip: Trip) -> None:
+        self.trip = trip
+
+    def mark(self, batch_ids: list[str], holder: str | None) -> Any:
+        self.trip.holder = holder
+        return mark_for_job(self.trip, batch_ids)
+
+
+def submission(ledger: Ledger, **settings: Any) -> Marking:
     configured = Settings(
         upstream_kind=UpstreamKind.OPENAI_BATCH,
         upstream_url="http://127.0.0.1:9/v1",
@@ -45,7 +65,7 @@ def submission(ledger: Ledger, **settings: Any) -> _Submission:
         max_batch_chars=1000,
         **settings,
     )
-    return _Submission("2026-10-stest", ledger, configured, logging.getLogger("test"))
+    return Marking(Trip(ledger, configured, NoCalls(configured), logging.getLogger("test")))
 
 
 def queued(ledger: Ledger) -> list[str]:

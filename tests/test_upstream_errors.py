@@ -20,17 +20,23 @@ from pydantic import SecretStr
 from postledger.failures.classify import classify, failure_of
 from postledger.failures.policy import Reach
 from postledger.record.models import FailureKind
-from postledger.upstreams.calls import Created, CreateRequest
+from postledger.upstreams.calls import (
+    Created,
+    CreateRequest,
+    Found,
+    NoVerdict,
+    NoVerdictReason,
+    Unknown,
+)
 from postledger.upstreams.errors import (
     AmbiguousCreate,
     EndpointNotFound,
     RejectedError,
-    TaskUnknownError,
     TransportError,
     UpstreamError,
 )
 from postledger.upstreams.http import HttpUpstream, gateway_retries_of, retry_after_of
-from postledger.upstreams.openai_batch import OpenAIBatchClient, metadata_of
+from postledger.upstreams.openai_batch import OpenAIBatchClient, submission_metadata
 from postledger.upstreams.openai_chat import OpenAIChatClient
 from postledger.upstreams.task_api import TaskApiClient
 
@@ -156,7 +162,6 @@ def test_a_404_for_an_unknown_model_says_to_check_the_model() -> None:
 @pytest.mark.parametrize(
     ("route", "handler"),
     [
-        ("GET https://up.example/v1/batches", batch_api(listing=not_found)),
         ("POST https://up.example/v1/files", batch_api(files=not_found)),
         ("POST https://up.example/v1/batches", batch_api(batches=not_found)),
     ],
@@ -164,26 +169,40 @@ def test_a_404_for_an_unknown_model_says_to_check_the_model() -> None:
 def test_a_404_on_each_batch_api_create_call_names_its_url(route: str, handler: Handler) -> None:
     error = create_error(client_of(OpenAIBatchClient, handler, "https://up.example/v1"))
     assert isinstance(error, EndpointNotFound)
-    assert route in str(error) and "?" not in str(error)  # the listing's query is left out
+    assert route in str(error)
     assert "POSTLEDGER_UPSTREAM_URL" in str(error) and "version path" in str(error)
     failure = failure_of(error)
     assert failure.misconfigured and failure.reach is Reach.NEVER
 
 
-def test_a_404_when_reading_a_task_by_its_id_is_an_unknown_task() -> None:
-    error = raised(
-        client_of(TaskApiClient, not_found, "http://up.example"),
-        lambda c: c.get_task("t-123"),
-    )
-    assert isinstance(error, TaskUnknownError) and not isinstance(error, EndpointNotFound)
-    assert classify(error) is FailureKind.TASK_UNKNOWN and not failure_of(error).misconfigured
+def test_a_404_on_the_batch_listing_is_no_answer_that_names_its_url() -> None:
+    """A look for an orphan answered 404: no answer about the orphan (nothing is made again on
+    the strength of it), and a wrong base URL, said as such (it stops the run)."""
 
-    error = raised(
-        client_of(OpenAIBatchClient, not_found, "https://up.example/v1"),
-        lambda c: c.get_task("batch_123"),
-    )
-    assert isinstance(error, TaskUnknownError)
-    assert classify(error) is FailureKind.TASK_UNKNOWN
+    async def find() -> Any:
+        handler = batch_api(listing=not_found)
+        async with client_of(OpenAIBatchClient, handler, "https://up.example/v1") as client:
+            return await client.find_job(submission_id="2026-10-s1", idempotency_key="key-1")
+
+    seen = run(find)
+    assert isinstance(seen, NoVerdict) and isinstance(seen.refusal, EndpointNotFound)
+    assert "GET https://up.example/v1/batches" in seen.detail and "?" not in seen.detail
+    assert failure_of(seen.refusal).misconfigured
+
+
+def looked(client: Any, task_id: str) -> Any:
+    async def go() -> Any:
+        async with client:
+            return await client.look(task_id)
+
+    return run(go)
+
+
+def test_a_404_when_reading_a_task_by_its_id_is_the_upstreams_unknown_id() -> None:
+    seen = looked(client_of(TaskApiClient, not_found, "http://up.example"), "t-123")
+    assert isinstance(seen, Unknown) and "404" in seen.reason
+    seen = looked(client_of(OpenAIBatchClient, not_found, "https://up.example/v1"), "batch_123")
+    assert isinstance(seen, Unknown)
 
 
 # --- quota, told by its message too ---------------------------------------------------------
@@ -393,12 +412,13 @@ def test_a_timeout_on_the_file_upload_is_safe_to_retry() -> None:
     assert type(error) is TransportError and not error.maybe_sent and error.http_status == 500
 
 
-def test_a_timeout_on_the_listing_before_a_create_is_safe_to_retry() -> None:
+def test_a_timeout_on_the_listing_is_safe_to_retry() -> None:
     def timeout(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=request)
 
-    error = create_error(
-        client_of(OpenAIBatchClient, batch_api(listing=timeout), "https://up.example/v1")
+    error = raised(
+        client_of(OpenAIBatchClient, batch_api(listing=timeout), "https://up.example/v1"),
+        lambda c: c.find_job(submission_id="2026-10-s1", idempotency_key="key-1"),
     )
     assert type(error) is TransportError and not error.maybe_sent
 
@@ -442,12 +462,12 @@ def test_a_503_or_no_connection_on_post_batches_made_nothing() -> None:
     assert type(error) is TransportError and not error.maybe_sent
 
 
-def test_the_batch_api_does_not_claim_to_honour_keys_and_still_looks_first() -> None:
+def test_the_batch_api_does_not_claim_to_honour_keys_and_finds_a_job_by_its_metadata() -> None:
     posted: list[str] = []
+    made = {"id": "batch_old", "metadata": submission_metadata("2026-10-s1", "key-1")}
 
     def listing(request: httpx.Request) -> httpx.Response:
-        listed = {"id": "batch_old", "metadata": metadata_of(REQUEST.batch_id, "key-1")}
-        return httpx.Response(200, json={"data": [listed], "has_more": False})
+        return httpx.Response(200, json={"data": [made], "has_more": False})
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
@@ -456,5 +476,25 @@ def test_the_batch_api_does_not_claim_to_honour_keys_and_still_looks_first() -> 
 
     client = client_of(OpenAIBatchClient, handler, "https://up.example/v1")
     assert client.honours_keys is False
-    assert create(client) == Created("batch_old")  # a confirmed resend reuses it: no charge
-    assert posted == []
+
+    async def find(submission_id: str) -> Any:
+        async with client_of(OpenAIBatchClient, handler, "https://up.example/v1") as again:
+            return await again.find_job(submission_id=submission_id, idempotency_key="key-1")
+
+    assert run(lambda: find("2026-10-s1")) == Found("batch_old")  # a resend reuses it
+    assert run(lambda: find("2026-10-s2")) == Found(None)
+    assert posted == []  # looking makes nothing
+
+
+def test_a_listing_that_is_not_a_listing_is_no_answer() -> None:
+    def html(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>Sign in to the network</html>")
+
+    async def find() -> Any:
+        async with client_of(
+            OpenAIBatchClient, batch_api(listing=html), "https://up.example/v1"
+        ) as c:
+            return await c.find_job(submission_id="2026-10-s1", idempotency_key="key-1")
+
+    seen = run(find)
+    assert isinstance(seen, NoVerdict) and seen.reason is NoVerdictReason.NOT_THE_ANSWER

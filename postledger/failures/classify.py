@@ -11,7 +11,6 @@ from postledger.upstreams.errors import (
     EndpointNotFound,
     RejectedError,
     TaskFailed,
-    TaskStillRunning,
     TaskUnknownError,
     TransportError,
     UpstreamError,
@@ -53,7 +52,7 @@ def says_quota(error: RejectedError) -> bool:
 
 
 def classify(error: UpstreamError) -> FailureKind:
-    if isinstance(error, TransportError | AmbiguousCreate | TaskStillRunning):
+    if isinstance(error, TransportError | AmbiguousCreate):
         return FailureKind.TRANSPORT
     if isinstance(error, TaskUnknownError):
         return FailureKind.TASK_UNKNOWN

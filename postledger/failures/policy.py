@@ -76,7 +76,10 @@ class Decision:
     moves: list[PostMove] = field(default_factory=list)
     halves: list[list[str]] = field(default_factory=list)  # new batches to plan (R12)
     batch_not_before: datetime | None = None  # when batch_to is queued: not before this
-    nothing_charged: bool = False  # the batch's charge goes back to none
+    # This send's possible charge goes back (the upstream never took it, or said it did not
+    # bill it); the batch's own charge goes back to none too when no earlier send may have
+    # been charged (its first send).
+    nothing_charged: bool = False
     stop_run: str | None = None  # R14: no further batch may start in this run; what to fix
     signal: Signal | None = None  # what the outcome tells the upstream's breaker (R18)
 
@@ -179,8 +182,9 @@ def after_failure(
     limits: Limits,
     now: datetime,
 ) -> Decision:
-    """R10, R11, R14, R17, R26: the batch's upstream calls ended without an output. A final
-    transport failure also counts against the upstream's breaker (R18)."""
+    """R10, R11, R14, R17, R26: the batch's create ended without a task or an answer (what a
+    look at made work says is decided in `verdicts.py`). A final transport failure also
+    counts against the upstream's breaker (R18)."""
     decision = _after_failure(batch, posts, failure, idempotent=idempotent, limits=limits, now=now)
     if failure.kind is FailureKind.TRANSPORT:
         return replace(decision, signal=Signal.TRANSPORT_FAILURE)
@@ -196,8 +200,15 @@ def _after_failure(
     limits: Limits,
     now: datetime,
 ) -> Decision:
-    # Only the first send of a key can be given back: an earlier send may have been charged.
-    refundable = failure.reach is Reach.NEVER and batch.sends == 1 and not batch.upstream_task_id
+    # A send that certainly never reached the upstream cost nothing, and is given back: its
+    # possible charge, and its attempt. Under a key the upstream honours, a later send is the
+    # first send's own attempt again, which may have been charged: only the first is given
+    # back. Elsewhere each send is its own attempt (and its own possible charge).
+    refundable = (
+        failure.reach is Reach.NEVER
+        and not batch.upstream_task_id
+        and (batch.sends == 1 or not idempotent)
+    )
     task_id = batch.upstream_task_id
     stop = _stop_for(failure)
 

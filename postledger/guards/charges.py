@@ -111,14 +111,11 @@ def book_gateway_retries(
     batch: BatchRecord,
     retries: int,
     *,
-    price: Price | None,
-    prompt: str,
+    estimated: int | None,
 ) -> None:
     """A gateway's own retries of the batch's request: each may have been charged, so each is
-    a possible charge of the current send (R42)."""
+    a possible charge of the current send (R42), at the batch's estimate."""
     batch.gateway_retries += retries
-    texts = [text for _, text in batch.request or []]
-    estimated = estimate(price, prompt, texts) if price is not None else None
     for _ in range(retries):
         session.add(
             SpendRecord(
@@ -135,6 +132,12 @@ def book_gateway_retries(
         batch.status,
         f"the gateway retried the request {retries}x on its own: possibly charged again",
     )
+
+
+def estimated_cost(batch: BatchRecord, price: Price | None, prompt: str) -> int | None:
+    """What one send of the batch's request may cost (None: no price known)."""
+    texts = [text for _, text in batch.request or []]
+    return estimate(price, prompt, texts) if price is not None else None
 
 
 def settle(

@@ -63,8 +63,8 @@ def carry_out(
         raise LedgerError(
             f"the decision for {batch.batch_id} left posts without a move: {sorted(posts)}"
         )
-    if decision.nothing_charged:
-        batch.charge = Charge.NONE
+    if decision.nothing_charged and batch.sends <= 1:
+        batch.charge = Charge.NONE  # no earlier send of it may have been charged either
     account(session, batch, decision)
     moves.batch(batch, decision.batch_to, decision.why, failure=decision.kind)
     batch.not_before = decision.batch_not_before

@@ -9,27 +9,36 @@ for upstream (`adopt_orphans`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from postledger.batches.output import check_output
 from postledger.failures.policy import Decision, Limits, after_output
 from postledger.guards.spend import Price
-from postledger.guards.spill import Spill
+from postledger.guards.spill import KeptAside, Spill
 from postledger.ledger import Ledger
-from postledger.record.models import BatchStatus
+from postledger.record.models import BatchStatus, SubmissionRecord
+from postledger.record.reads import waits_for_job
+from postledger.upstreams.calls import Found, NoVerdict
 
 
 def finish_from_output(
-    ledger: Ledger, batch_id: str, limits: Limits, upstream: str | None
+    ledger: Ledger,
+    batch_id: str,
+    limits: Limits,
+    upstream: str | None,
+    *,
+    holder: str | None = None,
 ) -> Decision:
     """Check a batch's saved output and apply what follows (R12, R13). With `upstream`, the
-    delivery also counts as a success for its breaker."""
+    delivery also counts as a success for its breaker. `holder`: the run's claim on the
+    month, the write's fence."""
     batch = ledger.batch(batch_id)
     if batch.raw_output is None:
         raise ValueError(f"batch {batch_id} has no saved output to finish from")
     check = check_output(batch.raw_output, batch.post_ids)
     decision = after_output(batch, ledger.posts_of(batch_id), check, limits)
-    ledger.apply(batch_id, decision, check, upstream=upstream)
+    ledger.apply(batch_id, decision, check, upstream=upstream, holder=holder)
     return decision
 
 
@@ -43,53 +52,86 @@ def finish_saved_outputs(ledger: Ledger, month: str, limits: Limits) -> list[str
     return finished
 
 
-def import_spill(ledger: Ledger, spill: Spill, price: Price | None = None) -> int:
-    """R20: take in the month's spill file, then move it aside, under the file's lock (a batch
-    of another run may be appending to it). Returns the records taken in."""
+def import_spill(
+    ledger: Ledger, spill: Spill, price: Price | None = None
+) -> tuple[int, KeptAside | None]:
+    """R20, R46: take in the month's spill file, then move it aside, under the file's lock (a
+    batch of another run may be appending to it). Returns the records taken in, and what was
+    kept aside instead of imported: damaged lines, which the caller must report loudly."""
     taken = spill.take(lambda records: ledger.import_spill(records, price))
-    return taken or 0
+    return taken or 0, spill.kept_aside
 
 
 class FindsTasks(Protocol):
-    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None: ...
+    """The upstream's listing, searched with the request layer's retries spent (a trip's
+    port): a search that could not be made or read is no verdict, never an error."""
 
-    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None: ...
+    async def find_task(self, batch_id: str, idempotency_key: str) -> Found | NoVerdict: ...
+
+    async def find_job(self, submission_id: str, idempotency_key: str) -> Found | NoVerdict: ...
 
 
-async def adopt_orphans(ledger: Ledger, month: str, upstream: FindsTasks) -> list[str]:
+@dataclass(frozen=True)
+class Adoption:
+    """What a look for orphans found: the batches adopted, and those whose look gave no
+    answer (the listing could not be read): nothing may be sent again for them on the
+    strength of it, so they wait for a look that answers."""
+
+    adopted: list[str] = field(default_factory=list)
+    unsearched: list[str] = field(default_factory=list)
+
+
+async def adopt_orphans(
+    ledger: Ledger, month: str, upstream: FindsTasks, *, holder: str | None = None
+) -> Adoption:
     """Before anyone is asked to resubmit a batch whose task id was never saved (R24, R49): look
     for the upstream task made under its key (listing never pays). One found is adopted — its
-    id saved, an event logged — so recovery polls it (R23) instead of paying again. Returns
-    the batches adopted. A submission's job (many batches) is looked for once, by the
-    submission's metadata, and adopted by every batch it carried."""
-    adopted = []
+    id saved, an event logged — so recovery polls it (R23) instead of paying again. A
+    submission's job (many batches) is looked for once, by the submission's metadata, and
+    adopted by every batch it carried. A look that gives no answer adopts nothing and leaves
+    its batches waiting (`Adoption.unsearched`). `holder`: the run's claim on the month, the
+    fence of what it writes."""
+    adoption = Adoption()
     for submission in ledger.orphaned_submissions(month):
-        job_id = await upstream.find_job(
-            submission_id=submission.submission_id, idempotency_key=submission.idempotency_key
-        )
-        if job_id is not None:
-            adopted += ledger.record_job_id(
-                submission.submission_id,
-                job_id,
-                adopted=f"adopted upstream job {job_id}: made for submission "
-                f"{submission.submission_id} by an interrupted run that never saved its id "
-                "(found by its metadata); it is polled, not paid again",
+        found = await upstream.find_job(submission.submission_id, submission.idempotency_key)
+        if isinstance(found, NoVerdict):
+            adoption.unsearched.extend(_orphans_of(ledger, submission))
+        elif found.task_id is not None:
+            adoption.adopted.extend(
+                ledger.record_job_id(
+                    submission.submission_id,
+                    found.task_id,
+                    holder=holder,
+                    adopted=f"adopted upstream job {found.task_id}: made for submission "
+                    f"{submission.submission_id} by an interrupted run that never saved its id "
+                    "(found by its metadata); it is polled, not paid again",
+                )
             )
     for batch in ledger.batches(month, BatchStatus.RUNNING):
         if batch.upstream_task_id or batch.raw_output is not None or not batch.sends:
             continue
         if batch.submission_id is not None:  # its submission was looked for above
             continue
-        task_id = await upstream.find_task(
-            batch_id=batch.batch_id, idempotency_key=batch.idempotency_key
-        )
-        if task_id is not None:
+        single = await upstream.find_task(batch.batch_id, batch.idempotency_key)
+        if isinstance(single, NoVerdict):
+            adoption.unsearched.append(batch.batch_id)
+        elif single.task_id is not None:
             ledger.record_task_id(
                 batch.batch_id,
-                task_id,
-                adopted=f"adopted upstream task {task_id}: made for this batch and key by an "
-                "interrupted run that never saved its id (found by its metadata); it is "
+                single.task_id,
+                holder=holder,
+                adopted=f"adopted upstream task {single.task_id}: made for this batch and key by "
+                "an interrupted run that never saved its id (found by its metadata); it is "
                 "polled, not paid again",
             )
-            adopted.append(batch.batch_id)
-    return adopted
+            adoption.adopted.append(batch.batch_id)
+    return adoption
+
+
+def _orphans_of(ledger: Ledger, submission: SubmissionRecord) -> list[str]:
+    """The submission's batches still running without its job's id."""
+    return [
+        batch_id
+        for batch_id in submission.batch_ids
+        if waits_for_job(ledger.batch(batch_id), submission)
+    ]

@@ -9,6 +9,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from postledger.batches.sending import receive, take_task_id
+from postledger.guards.charges import book_gateway_retries, settle
 from postledger.guards.spend import Price
 from postledger.guards.spill import SpillKind
 from postledger.record.models import (
@@ -43,6 +44,13 @@ def take_spilled(
     if kind is SpillKind.REQUEST_RETRY:
         batch.request_retries += 1
         session.add(batch)
+        taken += 1
+    if kind is SpillKind.USAGE and batch.status is BatchStatus.RUNNING:
+        settle(session, batch.batch_id, record["usage"], price)  # the decision comes later
+        taken += 1
+    if kind is SpillKind.GATEWAY_RETRIES:
+        retries, estimated = int(record["retries"]), record.get("estimated_cost")
+        book_gateway_retries(session, moves, batch, retries, estimated=estimated)
         taken += 1
     if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
         why = "output saved from the spill file, not yet validated"

@@ -7,10 +7,16 @@ the Messages API, answered within 24 hours.
   answer is checked like a chat answer: per-post retry of invalid items, one split of an
   unusable output.
 - The Message Batch's id is the upstream task id, polled with `GET .../batches/{id}` until
-  `processing_status` is `ended`; the results are read from its `results_url` (JSONL, one
-  line per request: `succeeded` with the message, `errored`, `canceled` or `expired`).
-  Requests that errored, were canceled or expired are not billed by Anthropic: such a batch
-  fails with that reason and no usage, and the business rules retry it or end it.
+  `processing_status` is `ended`; the results are then read at the documented path
+  `GET .../batches/{id}/results` through the configured base URL (JSONL, one line per
+  request: `succeeded` with the message, `errored`, `canceled` or `expired`), never at the
+  host its `results_url` names: behind a gateway that is the provider's own host, and the
+  key goes only where it was configured to go. Requests that errored, were canceled or
+  expired are not billed by Anthropic: such a batch fails with that reason and no usage, and
+  the business rules retry it or end it. Anthropic keeps results for 29 days.
+- No verdict: a status Anthropic does not document, a body that is not a Message Batch,
+  results that cannot be read, are cut, or lack a request's line. The batch waits, with its
+  id, and is read again.
 - A Message Batch carries no metadata and the API takes no idempotency key, so a batch made
   but never written down cannot be found again: `can_list` and `honours_keys` are False, a
   create whose answer was lost is uncertain, and recovery asks a person before sending it
@@ -26,24 +32,33 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
+
+import httpx
 
 from postledger.upstreams.anthropic_messages import AnthropicUpstream
 from postledger.upstreams.anthropic_protocol import message_result, messages_body
 from postledger.upstreams.calls import (
     Created,
     CreateRequest,
+    JobEnded,
+    JobLook,
     JobRequest,
-    JobSnapshot,
-    TaskSnapshot,
+    Look,
+    NoVerdict,
+    NoVerdictReason,
+    Running,
     TaskStatus,
+    Unknown,
+    UpstreamFailed,
+    Verdict,
 )
-from postledger.upstreams.errors import UpstreamError
 from postledger.upstreams.http import (
     accepted_body,
+    answer_of,
     gateway_retries_of,
-    json_body,
     lost_answer,
+    not_the_answer,
+    request_counts,
 )
 
 _RUNNING = ("in_progress", "canceling")
@@ -57,7 +72,7 @@ _NOT_RUN = {
 class AnthropicBatchClient(AnthropicUpstream):
     can_list = False  # a Message Batch carries no metadata to be found by
     carries_many = True
-    max_poll_interval = 30.0  # a Message Batch takes minutes to hours
+    max_poll_interval: float | None = 30.0  # a Message Batch takes minutes to hours
 
     @property
     def _batches(self) -> str:
@@ -87,56 +102,60 @@ class AnthropicBatchClient(AnthropicUpstream):
             raise lost_answer(response, "the upstream made the Message Batch but sent no id")
         return Created(str(made["id"]), gateway_retries=gateway_retries_of(response.headers))
 
-    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        data = await self._look(task_id)
-        if data is None:
-            return TaskSnapshot(task_id, TaskStatus.RUNNING, None, None, None)
-        lines = await self._results(task_id, data.get("results_url"))
+    async def look(self, task_id: str, *, wait: float = 0.0) -> Look:
+        """A Message Batch made for one ledger batch: its one result is that batch's."""
+        ended = await self._look(task_id)
+        if not isinstance(ended, dict):
+            return ended
+        lines = await self._results(task_id)
+        if not isinstance(lines, list):
+            return lines
         if not lines:
-            raise UpstreamError(f"Message Batch {task_id}'s results hold no result")
-        return _line_result(task_id, lines[0])
+            return NoVerdict(
+                NoVerdictReason.RESULTS_INCOMPLETE, f"Message Batch {task_id}'s results are empty"
+            )
+        return _line_result(lines[0])
 
-    async def get_job(self, job_id: str, batch_ids: Sequence[str]) -> JobSnapshot:
-        """The submission's Message Batch; once ended, each ledger batch's result line read as
-        that batch's result (one with no line: lost, taken as billed)."""
-        data = await self._look(job_id)
-        if data is None:
-            return JobSnapshot(job_id, TaskStatus.RUNNING, {})
-        of_batch = {
-            str(line.get("custom_id")): line
-            for line in await self._results(job_id, data.get("results_url"))
-        }
-        missing = TaskSnapshot(job_id, TaskStatus.FAILED, None, None, "no result line")
-        lines = {
-            b: _line_result(job_id, of_batch[b]) if b in of_batch else missing for b in batch_ids
-        }
-        return JobSnapshot(job_id, TaskStatus.SUCCEEDED, lines)
+    async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
+        """The submission's Message Batch; once it ended, each ledger batch's result line
+        read as that batch's result (one with no line has no verdict yet)."""
+        ended = await self._look(job_id)
+        if not isinstance(ended, dict):
+            return ended
+        lines = await self._results(job_id)
+        if not isinstance(lines, list):
+            return lines
+        of_batch = {str(line.get("custom_id")): line for line in lines}
+        missing = NoVerdict(
+            NoVerdictReason.RESULTS_INCOMPLETE,
+            f"Message Batch {job_id}'s results have no line for it",
+        )
+        return JobEnded(
+            {b: _line_result(of_batch[b]) if b in of_batch else missing for b in batch_ids}
+        )
 
-    async def _look(self, task_id: str) -> dict[str, Any] | None:
-        """The Message Batch once it has ended; None while it runs."""
-        data = json_body(await self._send("GET", f"{self._batches}/{task_id}", reads_task=True))
-        status = str(data.get("processing_status"))
+    async def _look(self, task_id: str) -> dict[str, Any] | Running | Unknown | NoVerdict:
+        """The Message Batch once it has ended; `Running` while it runs."""
+        response = await self._read(f"{self._batches}/{task_id}")
+        if not isinstance(response, httpx.Response):
+            return response
+        data = answer_of(response, f"Message Batch {task_id}")
+        if isinstance(data, NoVerdict):
+            return data
+        status = data.get("processing_status")
         if status in _RUNNING:
-            return None
+            return Running(TaskStatus.RUNNING, request_counts(data))
         if status != "ended":
-            raise UpstreamError(f"unexpected Message Batch status {status!r}")
+            return not_the_answer(f"Message Batch {task_id} has an unexpected status {status!r}")
         return data
 
-    async def _results(self, task_id: str, results_url: Any) -> list[dict[str, Any]]:
-        """The result lines of an ended Message Batch, one per request."""
-        if not isinstance(results_url, str) or not results_url:
-            raise UpstreamError(f"Message Batch {task_id} ended without a results_url")
-        # The key goes only where it was configured to go: a results_url on another host
-        # is refused, not followed.
-        where, home = urlsplit(results_url), urlsplit(self.base_url)
-        if where.netloc and (where.scheme, where.netloc) != (home.scheme, home.netloc):
-            raise UpstreamError(
-                f"Message Batch {task_id}'s results_url is on another host ({where.netloc}): "
-                f"not sending the API key there"
-            )
-        query = f"?{where.query}" if where.query else ""
-        url = f"{home.scheme}://{home.netloc}{where.path}{query}"  # absolute: whatever the base
-        response = await self._send("GET", url, reads_task=True)
+    async def _results(self, task_id: str) -> list[dict[str, Any]] | Unknown | NoVerdict:
+        """The result lines of an ended Message Batch, one per request, read at the
+        documented path through the configured base URL (whatever host `results_url` names).
+        A line that is cut or not JSON is left out: its request has no verdict yet."""
+        response = await self._read(f"{self._batches}/{task_id}/results")
+        if not isinstance(response, httpx.Response):
+            return response
         lines = []
         for text in response.text.splitlines():
             try:
@@ -148,22 +167,19 @@ class AnthropicBatchClient(AnthropicUpstream):
         return lines
 
 
-def _line_result(task_id: str, line: dict[str, Any]) -> TaskSnapshot:
+def _line_result(line: dict[str, Any]) -> Verdict | NoVerdict:
     """One request's result line as its ledger batch's result."""
     raw = line.get("result")
-    result: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    kind = str(result.get("type"))
+    if not isinstance(raw, dict):
+        return not_the_answer("a result line has no result")
+    kind = str(raw.get("type"))
     if kind == "succeeded":
-        output, usage, error = message_result(result.get("message"))
-        if output is None:
-            return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error)
-        return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, output, usage, None)
+        return message_result(raw.get("message"))
     if kind == "errored":
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, _errored(result), billed=False)
+        return UpstreamFailed(_errored(raw), billed=False)
     if kind in _NOT_RUN:
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, _NOT_RUN[kind], billed=False)
-    # A result Anthropic does not document: taken as billed, the safe side.
-    return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, f"the request ended as {kind!r}")
+        return UpstreamFailed(_NOT_RUN[kind], billed=False)
+    return not_the_answer(f"a result line ended as {kind!r}, which Anthropic does not document")
 
 
 def _errored(result: dict[str, Any]) -> str:

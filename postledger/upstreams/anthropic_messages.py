@@ -21,13 +21,13 @@ from typing import Any
 from pydantic import SecretStr
 
 from postledger.upstreams.anthropic_protocol import API_VERSION, message_result, messages_body
-from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
-from postledger.upstreams.errors import UpstreamError
+from postledger.upstreams.calls import Created, CreateRequest, NoVerdict
 from postledger.upstreams.http import (
     TRANSIENT_STATUS,
     HttpUpstream,
     accepted_body,
     gateway_retries_of,
+    lost_answer,
 )
 
 OVERLOADED = 529  # Anthropic's "overloaded_error": the request was not taken
@@ -63,16 +63,11 @@ class AnthropicMessagesClient(AnthropicUpstream):
     has_task_ids = False
 
     async def create(self, request: CreateRequest) -> Created:
-        """Send the batch as one message and return its answer (paid)."""
+        """Send the batch as one message and return its answer (paid). An answer that is not
+        a message is a lost answer: the model may have run, and been billed."""
         body = messages_body(request.model, request.prompt, request.posts, self.max_tokens)
         response = await self._send("POST", f"{self._v1}/messages", json=body)
-        output, usage, error = message_result(accepted_body(response))
-        status = TaskStatus.SUCCEEDED if output is not None else TaskStatus.FAILED
-        return Created(
-            None,
-            TaskSnapshot(None, status, output, usage, error),
-            gateway_retries=gateway_retries_of(response.headers),
-        )
-
-    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        raise UpstreamError("the Messages API keeps no task to poll")
+        answer = message_result(accepted_body(response))
+        if isinstance(answer, NoVerdict):
+            raise lost_answer(response, answer.detail)
+        return Created(None, answer, gateway_retries=gateway_retries_of(response.headers))

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
 from postledger.upstreams.openai_protocol import RESULTS_SCHEMA
 
 # The API version every request names (the `anthropic-version` header): the one the Messages
@@ -62,15 +63,16 @@ def message_usage(body: Any) -> dict[str, int] | None:
         return None
 
 
-def message_result(body: Any) -> tuple[str | None, dict[str, int] | None, str | None]:
-    """(output, usage, error) of a `message`: the tool call's input as JSON text, checked like
-    any output (`postledger.batches.output.check_output`). A message that answered in text
-    instead was still paid for: its text is the output, and checking it says what is wrong.
-    No tool call and no text: no output, and why."""
+def message_result(body: Any) -> Delivered | UpstreamFailed | NoVerdict:
+    """What a `message` says: the tool call's input as JSON text, the output to check
+    (`postledger.batches.output.check_output`). A message that answered in text instead was
+    still paid for: its text is the output, and checking it says what is wrong. A message
+    with neither is the upstream's answer without an output, billed, with its usage; a body
+    that is not a message at all is no verdict."""
     usage = message_usage(body)
     content = body.get("content") if isinstance(body, dict) else None
     if not isinstance(content, list):
-        return None, usage, "the message has no content"
+        return NoVerdict(NoVerdictReason.NOT_THE_ANSWER, "the answer is not a message")
     for block in content:
         if (
             isinstance(block, dict)
@@ -78,16 +80,13 @@ def message_result(body: Any) -> tuple[str | None, dict[str, int] | None, str | 
             and block.get("name") == TOOL_NAME
             and isinstance(block.get("input"), dict)
         ):
-            return json.dumps(block["input"], ensure_ascii=False), usage, None
+            return Delivered(json.dumps(block["input"], ensure_ascii=False), usage)
     text = "".join(
         str(block.get("text", ""))
         for block in content
         if isinstance(block, dict) and block.get("type") == "text"
     ).strip()
     if text:
-        return text, usage, None
-    return (
-        None,
-        usage,
-        f"no call of {TOOL_NAME} and no text (stop_reason {body.get('stop_reason')!r})",
-    )
+        return Delivered(text, usage)
+    why = f"no call of {TOOL_NAME} and no text (stop_reason {body.get('stop_reason')!r})"
+    return UpstreamFailed(why, billed=True, usage=usage)

@@ -1,12 +1,30 @@
 """What a call to an upstream gives, the same for every upstream kind: the request, the made
-task, and a snapshot of it."""
+task, and what one look at paid work can say.
+
+A look says one of three things, each its own type:
+
+- the work is still going (`Running`);
+- the upstream's verdict on it (`Verdict`): an output (`Delivered`), "failed" (`UpstreamFailed`,
+  billed or not as the provider documents it; an expired or cancelled request is one that
+  never ran), or "I do not know this id" (`Unknown`). Only a verdict ends a paid batch;
+- no verdict (`NoVerdict`): the look could not be made or could not be read (a transport
+  fault, a body that is not the answer, results that are cut or lack a line, a refused read,
+  our own deadline). It says nothing about the work, which may have been done and paid for:
+  the batch waits, with its id, for the next look (docs/rules.md, R48).
+
+The adapters (`task_api`, `openai_batch`, `anthropic_batch`, ...) return these types; the
+business layer decides from the type, never from where an exception came from.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from postledger.upstreams.errors import RejectedError
 
 
 class TaskStatus(StrEnum):
@@ -17,18 +35,78 @@ class TaskStatus(StrEnum):
 
 
 @dataclass(frozen=True)
-class TaskSnapshot:
-    task_id: str | None  # None: the upstream keeps no task (a synchronous call's answer)
-    status: TaskStatus
-    output: str | None
-    usage: dict[str, Any] | None
-    error: str | None
-    # False: the upstream says this failed task was not billed (taken as billed otherwise).
-    billed: bool = True
+class Running:
+    """The work is still going upstream: no verdict yet, and nothing is wrong. `counts`: the
+    upstream's own count of a job's requests by state, when it gives one (Batch APIs)."""
 
-    @property
-    def done(self) -> bool:
-        return self.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+    status: TaskStatus = TaskStatus.RUNNING
+    counts: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The upstream delivered an output: saved first, then checked (R4)."""
+
+    output: str
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class UpstreamFailed:
+    """The upstream says the work ended without an output. `billed` is False only where the
+    provider documents that such work is not billed (a request that never ran: expired or
+    cancelled first; Anthropic's errored requests). `usage`: what the upstream reported it
+    used anyway, booked as it is."""
+
+    reason: str
+    billed: bool = True
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The upstream says it does not know this id (any more): a 404 on a read of it (R26)."""
+
+    reason: str
+
+
+Verdict = Delivered | UpstreamFailed | Unknown
+
+
+class NoVerdictReason(StrEnum):
+    """Why a look gave no verdict. None of these says anything about the paid work."""
+
+    TRANSPORT = "transport"  # no answer, or a 5xx, after the request retries
+    NOT_THE_ANSWER = "not_the_answer"  # not JSON, cut short, the wrong shape, an odd status
+    RESULTS_INCOMPLETE = "results_incomplete"  # a results file cut short, or lacking a line
+    REFUSED = "refused"  # the read itself was refused (401, 403, 429, another 4xx)
+    DEADLINE = "deadline"  # our own deadline passed while the work was still going
+
+
+@dataclass(frozen=True)
+class NoVerdict:
+    """A look that gave no verdict; `detail` says what was seen, in words. `refusal`: the
+    refusal of a refused read (its status and body: a wrong key stops the run, a rate limit
+    is waited out). `retry_after`: the wait the upstream asked for, if it asked."""
+
+    reason: NoVerdictReason
+    detail: str
+    refusal: RejectedError | None = None
+    retry_after: float | None = None
+
+
+Look = Running | Delivered | UpstreamFailed | Unknown | NoVerdict
+
+
+@dataclass(frozen=True)
+class JobEnded:
+    """A job that ended upstream, each ledger batch's line read as that batch's own result:
+    a verdict, or no verdict (its line is missing, or the file was cut)."""
+
+    lines: dict[str, Verdict | NoVerdict]
+
+
+JobLook = Running | JobEnded | Unknown | NoVerdict
 
 
 @dataclass(frozen=True)
@@ -44,11 +122,11 @@ class CreateRequest:
 
 @dataclass(frozen=True)
 class Created:
-    """What a create call gave: the upstream task's id, or — from an upstream that answers
-    at once and keeps no task — the finished result itself."""
+    """What a create call gave: the upstream task's id, or (from an upstream that answers at
+    once and keeps no task) the answer itself: an output, or the upstream's "failed"."""
 
     task_id: str | None
-    finished: TaskSnapshot | None = None
+    finished: Delivered | UpstreamFailed | None = None
     # Retries a gateway in front of the upstream reported making on its own for this create
     # (`x-litellm-attempted-retries`): each may have been charged.
     gateway_retries: int = 0
@@ -68,14 +146,8 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
-class JobSnapshot:
-    """An upstream job as last seen: still going, or ended with each ledger batch's line as
-    that batch's own result (`TaskSnapshot`, the same as a one-batch task's)."""
+class Found:
+    """What a search of the upstream's listing found: the id of the work made under a key,
+    or None when the listing (read whole, as far as it is searched) has none."""
 
-    job_id: str
-    status: TaskStatus
-    lines: dict[str, TaskSnapshot]  # by ledger batch id; every batch asked for, once done
-
-    @property
-    def done(self) -> bool:
-        return self.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+    task_id: str | None

@@ -20,11 +20,6 @@ class UpstreamError(Exception):
         self.gateway_retries = gateway_retries
 
 
-class TaskStillRunning(UpstreamError):
-    """The task was made (and paid for) but did not end before our deadline: it may still
-    finish upstream, so it is never replaced by a new one without a person."""
-
-
 class TransportError(UpstreamError):
     """No answer, or a server-side fault (5xx): worth retrying at the request layer (R10).
 

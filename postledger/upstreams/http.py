@@ -13,35 +13,38 @@ into `Created.gateway_retries` and into the raised error's `gateway_retries` (R4
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import re
 import ssl
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import httpx
 from pydantic import SecretStr
 
-from postledger.upstreams.calls import Created, JobRequest, JobSnapshot, TaskSnapshot
+from postledger.upstreams.calls import (
+    Created,
+    Found,
+    JobLook,
+    JobRequest,
+    Look,
+    NoVerdict,
+    NoVerdictReason,
+    Unknown,
+)
 from postledger.upstreams.errors import (
     EndpointNotFound,
     ErrorBody,
     RejectedError,
-    TaskStillRunning,
     TaskUnknownError,
     TransportError,
     UpstreamError,
 )
 
 TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
-
-Polled = TypeVar("Polled", TaskSnapshot, JobSnapshot)
-
 
 # Sent on every request: a LiteLLM proxy in front of the upstream must not retry on its own
 # (a retry after the model ran is a second charge the ledger never sees). Servers that do not
@@ -220,25 +223,17 @@ class HttpUpstream:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+    # --- reads: one look at paid work, never a verdict unless the upstream gave one ------
+
+    async def look(self, task_id: str, *, wait: float = 0.0) -> Look:
+        """One look at one upstream task: still running, the upstream's verdict, or no
+        verdict. A transport fault is raised (`TransportError`), for the request layer to
+        retry; everything else is returned as what it is."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no task to look at")
+
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> Found | NoVerdict:
         """The upstream task made for this batch and key, if the upstream can tell."""
-        return None
-
-    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        raise NotImplementedError
-
-    async def wait_for_task(
-        self, task_id: str, *, poll_interval: float, poll_wait: float, deadline: float
-    ) -> TaskSnapshot:
-        """Poll until the task ends. Long polls when the upstream can and `poll_wait` > 0, so
-        a result arrives the moment it is ready instead of up to one interval late."""
-        return await self._until_done(
-            lambda wait: self.get_task(task_id, wait=wait),
-            f"task {task_id}",
-            poll_interval=poll_interval,
-            poll_wait=poll_wait,
-            deadline=deadline,
-        )
+        return Found(None)
 
     # --- a submission: one upstream job that carries many ledger batches (Batch APIs) -----
 
@@ -246,56 +241,24 @@ class HttpUpstream:
         """Create (and pay for) the upstream job of a submission."""
         raise NotImplementedError(f"{type(self).__name__} takes one ledger batch per call")
 
-    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None:
+    async def find_job(self, *, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
         """The upstream job made for this submission and key, if the upstream can tell."""
-        return None
+        return Found(None)
 
-    async def get_job(self, job_id: str, batch_ids: Sequence[str]) -> JobSnapshot:
+    async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
+        """One look at a job; once it ended, each ledger batch's own line as its result."""
         raise NotImplementedError(f"{type(self).__name__} takes one ledger batch per call")
 
-    async def wait_for_job(
-        self,
-        job_id: str,
-        batch_ids: Sequence[str],
-        *,
-        poll_interval: float,
-        deadline: float,
-    ) -> JobSnapshot:
-        """Poll the job until it ends; then every ledger batch's own result."""
-        return await self._until_done(
-            lambda _wait: self.get_job(job_id, batch_ids),
-            f"job {job_id}",
-            poll_interval=poll_interval,
-            poll_wait=0.0,
-            deadline=deadline,
-        )
-
-    async def _until_done(
-        self,
-        look: Callable[[float], Awaitable[Polled]],
-        what: str,
-        *,
-        poll_interval: float,
-        poll_wait: float,
-        deadline: float,
-    ) -> Polled:
-        give_up = time.monotonic() + deadline
-        long_poll = self.long_polls and poll_wait > 0
-        while True:
-            remaining = give_up - time.monotonic()
-            wait = min(poll_wait, max(remaining, 0)) if long_poll else 0.0
-            snapshot = await look(wait)
-            if snapshot.done:
-                return snapshot
-            if time.monotonic() >= give_up:
-                raise TaskStillRunning(
-                    f"{what} still {snapshot.status} after {deadline:g} s; "
-                    "it may still finish upstream"
-                )
-            if not long_poll:
-                await asyncio.sleep(min(poll_interval, max(give_up - time.monotonic(), 0)))
-                if self.max_poll_interval:
-                    poll_interval = min(poll_interval * 1.5, self.max_poll_interval)
+    async def _read(self, url: str, **kwargs: Any) -> httpx.Response | Unknown | NoVerdict:
+        """One read of paid work by its id: the answer, `Unknown` on a 404 (the upstream
+        does not know that id), or no verdict when the read was refused. A transport fault
+        is raised for the request layer."""
+        try:
+            return await self._send("GET", url, reads_task=True, **kwargs)
+        except TaskUnknownError as exc:
+            return Unknown(str(exc))
+        except RejectedError as exc:
+            return refused(exc)
 
     async def _send(
         self, method: str, url: str, *, reads_task: bool = False, **kwargs: Any
@@ -427,3 +390,32 @@ def _gateway_note(retries: int) -> str:
         return ""
     times = "once" if retries == 1 else f"{retries} times"
     return f" (a gateway in front of the upstream retried it {times} on its own)"
+
+
+def refused(error: RejectedError) -> NoVerdict:
+    """A read the upstream refused: it says nothing about the paid work itself."""
+    return NoVerdict(
+        NoVerdictReason.REFUSED, str(error), refusal=error, retry_after=error.retry_after
+    )
+
+
+def answer_of(response: httpx.Response, what: str) -> dict[str, Any] | NoVerdict:
+    """The JSON object a read was answered with, or no verdict when the body is not one (an
+    HTML page from a captive portal or a misrouted gateway, JSON cut short, a list)."""
+    try:
+        return json_body(response)
+    except UpstreamError as exc:
+        return not_the_answer(f"{what}: {exc}")
+
+
+def not_the_answer(detail: str) -> NoVerdict:
+    return NoVerdict(NoVerdictReason.NOT_THE_ANSWER, detail)
+
+
+def request_counts(data: dict[str, Any]) -> dict[str, int] | None:
+    """A job's `request_counts` (OpenAI: total, completed, failed; Anthropic: processing,
+    succeeded, errored, canceled, expired), as the upstream reports them while it runs."""
+    counts = data.get("request_counts")
+    if not isinstance(counts, dict):
+        return None
+    return {str(k): v for k, v in counts.items() if isinstance(v, int)}

@@ -6,26 +6,29 @@
   adapter's (the ≤ 25 posts under one prompt, the same response schema): the instructions are
   paid once per ledger batch, not once per post, and its answer is checked as a chat answer is
   (an invalid post is sent again alone, an unusable answer is split once).
-- One upstream batch carries a submission's many lines (`submit`, `get_job`): its metadata
+- One upstream batch carries a submission's many lines (`submit`, `look_job`): its metadata
   names the submission and its key, so a job made but never written down is found again by
-  listing the recent batches (`find_job`); recovery adopts it instead of asking to resubmit,
-  and every submit looks first (a resend a person confirmed reuses the job if it exists).
-  (`create`, `get_task`, `find_task`: one ledger batch per upstream batch, as batches were
-  sent before submissions; kept for those still to be polled or adopted.)
-- That look is not a guarantee: a batch just made may not be listed yet, so a create sent
-  again at once could make (and pay for) a second one. So `honours_keys` is False, and:
-  a fault on the listing or on `POST /files` is never a charge (nothing is made; a file
-  costs nothing), raised as `TransportError(maybe_sent=False)` and retried safely; a fault
-  on `POST /batches` that may have reached the upstream (no answer, 500, 502, 504) raises
-  `AmbiguousCreate`, never retried at the request layer: the business layer looks for the
-  batch by its metadata after a while, and recovery adopts it.
-- Statuses: validating -> queued; in_progress, finalizing, cancelling -> running; completed,
-  expired, cancelled -> ended, and each ledger batch's line says how it ended: answered (its
-  output), errored (failed, taken as billed), or never run (`batch_expired` /
-  `batch_cancelled`, or absent from an expired or cancelled batch: failed, not billed, as
-  OpenAI bills only what ran); failed -> failed, not billed: OpenAI fails a batch only when
-  its input file fails validation, before any request runs (the business layer gives the
-  possible charge back).
+  listing the recent batches (`find_job`): recovery adopts it instead of asking to resubmit,
+  and a resend of a submission a person confirmed looks first, and reuses the job it finds.
+  (`create`, `look`, `find_task`: one ledger batch per upstream batch, as batches were sent
+  before submissions; kept for those still to be polled or adopted.)
+- That look is no guarantee: a batch just made may not be listed yet, so a create sent again
+  at once could make (and pay for) a second one. So `honours_keys` is False, and: a fault on
+  the listing or on `POST /files` is never a charge (nothing is made; a file costs nothing),
+  raised as `TransportError(maybe_sent=False)` and retried safely; a fault on `POST /batches`
+  that may have reached the upstream (no answer, 500, 502, 504) raises `AmbiguousCreate`,
+  never retried at the request layer: the batch is looked for by its metadata after a while,
+  and recovery adopts it. A listing that answers with something that is not a listing is no
+  answer (`NoVerdict`): nothing is made again on the strength of it.
+- Statuses: validating -> queued; in_progress, finalizing, cancelling -> running (with the
+  upstream's `request_counts`); completed, expired, cancelled -> ended, and each ledger
+  batch's line says how it ended: answered (its output), errored (failed, taken as billed),
+  or never run (`batch_expired` / `batch_cancelled`: failed, not billed, as OpenAI bills
+  only what ran); failed -> each line failed, not billed: OpenAI fails a batch only when its
+  input file fails validation, before any request runs.
+- What is not a verdict: a status OpenAI does not document, a body that is not a batch, an
+  output or error file that cannot be read or is cut, a ledger batch with no line in an
+  ended batch's files. Each is `NoVerdict`: the batch waits, and is read again.
 """
 
 from __future__ import annotations
@@ -34,21 +37,41 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
+
 from postledger.upstreams.calls import (
     Created,
     CreateRequest,
+    Delivered,
+    Found,
+    JobEnded,
+    JobLook,
     JobRequest,
-    JobSnapshot,
-    TaskSnapshot,
+    Look,
+    NoVerdict,
+    NoVerdictReason,
+    Running,
     TaskStatus,
+    Unknown,
+    UpstreamFailed,
+    Verdict,
 )
-from postledger.upstreams.errors import AmbiguousCreate, TransportError, UpstreamError
+from postledger.upstreams.errors import (
+    AmbiguousCreate,
+    RejectedError,
+    TransportError,
+    UpstreamError,
+)
 from postledger.upstreams.http import (
     HttpUpstream,
     accepted_body,
+    answer_of,
     gateway_retries_of,
     json_body,
     lost_answer,
+    not_the_answer,
+    refused,
+    request_counts,
 )
 from postledger.upstreams.openai_batch_per_post import assemble
 from postledger.upstreams.openai_protocol import (
@@ -87,7 +110,8 @@ def submission_metadata(submission_id: str, idempotency_key: str) -> dict[str, s
 class OpenAIBatchClient(HttpUpstream):
     can_list = True
     carries_many = True
-    max_poll_interval = 30.0  # a batch takes minutes to hours: no need to ask twice a second
+    # A batch takes minutes to hours: no need to ask twice a second.
+    max_poll_interval: float | None = 30.0
     # A 503 means the request was not taken (overloaded); a 500, 502 or 504 may come after
     # the batch was made (a gateway timing out in front of it).
     statuses_that_may_charge = frozenset({500, 502, 504})
@@ -103,44 +127,31 @@ class OpenAIBatchClient(HttpUpstream):
         **options: Any,
     ) -> None:
         super().__init__(base_url, **options)
-        # Whatever was configured: the look before a create may miss a batch just made.
+        # Whatever was configured: a look in the listing may miss a batch just made.
         self.honours_keys = False
         self.json_schema = json_schema
         self.completion_window = completion_window
         self.search_limit = search_limit
 
     async def create(self, request: CreateRequest) -> Created:
-        """The upstream batch of this ledger batch: the one made before under this key if
-        it is listed (no new charge), else a new one (paid).
+        """Make the upstream batch of one ledger batch (paid). (Batches are sent in
+        submissions; this is the same job with one line, named by the ledger batch.)
 
         Raises `TransportError(maybe_sent=False)` for a fault before `POST /batches` (nothing
         made: safe to retry), and `AmbiguousCreate` when `POST /batches` may have made the
         batch but no answer says so (never to be retried blindly)."""
         batch_id, key = request.batch_id, request.idempotency_key
-        try:
-            found = await self.find_task(batch_id=batch_id, idempotency_key=key)
-        except TransportError as exc:
-            raise _costs_nothing(exc) from None
-        if found is not None:
-            return Created(found)
         line = self._line(batch_id, request.model, request.prompt, request.posts)
         return await self._make(f"{batch_id}.jsonl", line, metadata_of(batch_id, key))
 
     async def submit(self, job: JobRequest) -> Created:
-        """The upstream batch of this submission, one request line per ledger batch: the one
-        made before under its key if it is listed (no new charge), else a new one (paid).
-        Raises as `create` does."""
-        key = job.idempotency_key
-        try:
-            found = await self.find_job(submission_id=job.submission_id, idempotency_key=key)
-        except TransportError as exc:
-            raise _costs_nothing(exc) from None
-        if found is not None:
-            return Created(found)
+        """Make the upstream batch of this submission, one request line per ledger batch
+        (paid). Raises as `create` does. Whether one was made before under its key is the
+        caller's to ask first (`find_job`): a new key cannot have been used."""
         lines = "".join(
             self._line(batch_id, job.model, job.prompt, posts) for batch_id, posts in job.lines
         )
-        metadata = submission_metadata(job.submission_id, key)
+        metadata = submission_metadata(job.submission_id, job.idempotency_key)
         return await self._make(f"{job.submission_id}.jsonl", lines, metadata)
 
     def _line(
@@ -188,81 +199,134 @@ class OpenAIBatchClient(HttpUpstream):
         retried = gateway_retries_of(response.headers)
         return Created(str(made["id"]), gateway_retries=retried, file_id=file_id)
 
-    async def find_task(self, *, batch_id: str, idempotency_key: str) -> str | None:
+    # --- looking for a batch whose id was never saved -----------------------------------
+
+    async def find_task(self, *, batch_id: str, idempotency_key: str) -> Found | NoVerdict:
         """The upstream batch made for this ledger batch alone (one made before submissions
         carried many) and key."""
         return await self._find(metadata_of(batch_id, idempotency_key))
 
-    async def find_job(self, *, submission_id: str, idempotency_key: str) -> str | None:
+    async def find_job(self, *, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
         """The upstream batch made for this submission and key."""
         return await self._find(submission_metadata(submission_id, idempotency_key))
 
-    async def _find(self, wanted: dict[str, str]) -> str | None:
+    async def _find(self, wanted: dict[str, str]) -> Found | NoVerdict:
         """Look through the most recent upstream batches (newest first, paging with `after`)
-        for the one whose metadata holds `wanted`."""
+        for the one whose metadata holds `wanted`. A listing that cannot be read is no
+        answer: nothing may be made again on the strength of it."""
         seen, after = 0, None
         while seen < self.search_limit:
             params: dict[str, Any] = {"limit": min(PAGE, self.search_limit - seen)}
             if after:
                 params["after"] = after
-            page = json_body(await self._send("GET", "/batches", params=params))
-            data = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            try:
+                response = await self._send("GET", "/batches", params=params)
+            except TransportError as exc:
+                raise _costs_nothing(exc) from None
+            except RejectedError as exc:  # a 404 too: a wrong base URL (it stops the run)
+                return refused(exc)
+            page = answer_of(response, "the list of batches")
+            if isinstance(page, NoVerdict):
+                return page
+            raw = page.get("data")
+            if not isinstance(raw, list):
+                return not_the_answer("the list of batches has no data")
+            data = [b for b in raw if isinstance(b, dict)]
             for batch in data:
                 metadata = batch.get("metadata") or {}
-                if all(metadata.get(k) == v for k, v in wanted.items()):
-                    return _text(batch.get("id"), "a listed batch has no id")
+                if isinstance(metadata, dict) and all(
+                    metadata.get(k) == v for k, v in wanted.items()
+                ):
+                    if not isinstance(batch.get("id"), str) or not batch["id"]:
+                        return not_the_answer("a listed batch has no id")
+                    return Found(batch["id"])
             seen += len(data)
             if not data or not page.get("has_more"):
-                return None
+                return Found(None)
             after = data[-1].get("id")
-        return None
+        return Found(None)
 
-    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        data, status = await self._look(task_id)
-        if status is TaskStatus.FAILED:
-            return _never_ran(task_id, data)
-        if status is not TaskStatus.SUCCEEDED:
-            return TaskSnapshot(task_id, status, None, None, None)
-        return line_result(task_id, await self._ended_lines(data), str(data["status"]))
+    # --- reads -----------------------------------------------------------------------------
 
-    async def get_job(self, job_id: str, batch_ids: Sequence[str]) -> JobSnapshot:
-        """The submission's upstream batch; once ended, each ledger batch's line read as
-        that batch's result (a batch with no line: never ran, or lost)."""
-        data, status = await self._look(job_id)
+    async def look(self, task_id: str, *, wait: float = 0.0) -> Look:
+        """An upstream batch made for one ledger batch (before submissions carried many):
+        every line of its files answers for that batch."""
+        seen = await self._look(task_id)
+        if not isinstance(seen, tuple):
+            return seen
+        data, status = seen
         if status is TaskStatus.FAILED:
-            return JobSnapshot(job_id, status, {b: _never_ran(job_id, data) for b in batch_ids})
+            return _never_ran(data)
         if status is not TaskStatus.SUCCEEDED:
-            return JobSnapshot(job_id, status, {})
+            return Running(status, request_counts(data))
+        lines = await self._ended_lines(data)
+        if not isinstance(lines, list):
+            return lines
+        return line_result(lines, str(data["status"]))
+
+    async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
+        """The submission's upstream batch; once it ended, each ledger batch's line read as
+        that batch's result (a batch with no line has no verdict yet: its line is missing)."""
+        seen = await self._look(job_id)
+        if not isinstance(seen, tuple):
+            return seen
+        data, status = seen
+        if status is TaskStatus.FAILED:
+            return JobEnded({batch_id: _never_ran(data) for batch_id in batch_ids})
+        if status is not TaskStatus.SUCCEEDED:
+            return Running(status, request_counts(data))
+        lines = await self._ended_lines(data)
+        if not isinstance(lines, list):
+            return lines
         of_batch: dict[str, list[dict[str, Any]]] = {}
-        for line in await self._ended_lines(data):
+        for line in lines:
             of_batch.setdefault(line["custom_id"], []).append(line)
         ended = str(data["status"])
-        lines = {b: line_result(job_id, of_batch.get(b, []), ended) for b in batch_ids}
-        return JobSnapshot(job_id, status, lines)
+        return JobEnded({b: line_result(of_batch.get(b, []), ended) for b in batch_ids})
 
-    async def _look(self, batch_id: str) -> tuple[dict[str, Any], TaskStatus]:
-        data = json_body(await self._send("GET", f"/batches/{batch_id}", reads_task=True))
+    async def _look(self, batch_id: str) -> tuple[dict[str, Any], TaskStatus] | Unknown | NoVerdict:
+        response = await self._read(f"/batches/{batch_id}")
+        if not isinstance(response, httpx.Response):
+            return response
+        data = answer_of(response, f"batch {batch_id}")
+        if isinstance(data, NoVerdict):
+            return data
         status = _STATUS.get(str(data.get("status")))
         if status is None:
-            raise UpstreamError(f"unexpected batch status {data.get('status')!r}")
+            said = data.get("status")
+            return not_the_answer(f"batch {batch_id} has an unexpected status {said!r}")
         return data, status
 
-    async def _ended_lines(self, data: dict[str, Any]) -> list[dict[str, Any]]:
-        """Every line of an ended batch: its output file's, then its error file's."""
-        lines = await self._lines(data.get("output_file_id"))
-        return lines + await self._lines(data.get("error_file_id"))
+    async def _ended_lines(
+        self, data: dict[str, Any]
+    ) -> list[dict[str, Any]] | Unknown | NoVerdict:
+        """Every line of an ended batch: its output file's, then its error file's. A file
+        the upstream says it no longer has, or that cannot be read, is no verdict."""
+        lines: list[dict[str, Any]] = []
+        for name in ("output_file_id", "error_file_id"):
+            file_id = data.get(name)
+            if file_id is None:
+                continue
+            if not isinstance(file_id, str) or not file_id:
+                return not_the_answer(f"the batch's {name} is {file_id!r}")
+            read = await self._lines(file_id)
+            if not isinstance(read, list):
+                return read
+            lines += read
+        return lines
 
-    async def _lines(self, file_id: Any) -> list[dict[str, Any]]:
-        if not isinstance(file_id, str) or not file_id:
-            return []
-        # A file of the batch: a 404 means the upstream no longer has it, as for the batch.
-        response = await self._send("GET", f"/files/{file_id}/content", reads_task=True)
+    async def _lines(self, file_id: str) -> list[dict[str, Any]] | Unknown | NoVerdict:
+        # A 404 on a file the batch names: the upstream no longer has it (OpenAI deletes a
+        # batch's files after their retention), its word on the results, as for the batch.
+        response = await self._read(f"/files/{file_id}/content")
+        if not isinstance(response, httpx.Response):
+            return response
         lines = []
         for text in response.text.splitlines():
             try:
                 line = json.loads(text)
             except ValueError:
-                continue  # a broken line names no post: that post ends up with no item
+                continue  # a broken (or cut) line names no batch: that batch has no line yet
             if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
                 lines.append(line)
         return lines
@@ -272,27 +336,24 @@ class OpenAIBatchClient(HttpUpstream):
 NEVER_RAN = frozenset({"batch_expired", "batch_cancelled"})
 
 
-def line_result(task_id: str, lines: list[dict[str, Any]], status: str) -> TaskSnapshot:
-    """What an ended upstream batch gave its one request (the ledger batch's line): the chat
-    answer as the batch's raw output, or why there is none, and whether that was billed."""
+def line_result(lines: list[dict[str, Any]], status: str) -> Verdict | NoVerdict:
+    """What an ended upstream batch says of one ledger batch, from that batch's lines: the
+    chat answer as its raw output, or the upstream's "failed" (billed, or not for a request
+    that never ran), or no verdict when its line is missing or is not a chat answer."""
     if not lines:
-        if status == "completed":  # a completed batch with no line: nothing to show for it
-            return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, "no output line")
-        reason = f"the batch was {status} before its request ran (not billed)"
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, reason, billed=False)
+        return NoVerdict(
+            NoVerdictReason.RESULTS_INCOMPLETE,
+            f"the {status} batch's output and error files have no line for it",
+        )
     if len(lines) > 1:  # made before one line per ledger batch: one line per post
         output, usage = assemble(lines, status)
-        return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, output, usage, None)
+        return Delivered(output, usage)
     body, error = batch_line(lines[0])
     if error is not None:
         if error.get("code") in NEVER_RAN:
-            why = f"{request_error(error, status)} (not billed)"
-            return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, why, billed=False)
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, request_error(error, status))
-    content, usage, error_text = completion_result(body)
-    if content is None:
-        return TaskSnapshot(task_id, TaskStatus.FAILED, None, usage, error_text)
-    return TaskSnapshot(task_id, TaskStatus.SUCCEEDED, content, usage, None)
+            return UpstreamFailed(f"{request_error(error, status)} (not billed)", billed=False)
+        return UpstreamFailed(request_error(error, status))
+    return completion_result(body)
 
 
 def request_line(
@@ -308,12 +369,12 @@ def request_line(
     return json.dumps(line, ensure_ascii=False) + "\n"
 
 
-def _never_ran(task_id: str, data: dict[str, Any]) -> TaskSnapshot:
+def _never_ran(data: dict[str, Any]) -> UpstreamFailed:
     """A batch that failed validation: OpenAI runs none of its requests, and bills none."""
     errors = (data.get("errors") or {}).get("data") or []
     why = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
     reason = f"the batch failed validation, no request ran (not billed): {why or 'no reason'}"
-    return TaskSnapshot(task_id, TaskStatus.FAILED, None, None, reason, billed=False)
+    return UpstreamFailed(reason, billed=False)
 
 
 def _costs_nothing(exc: TransportError) -> TransportError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from postledger.upstreams.calls import Delivered, UpstreamFailed
 from postledger.upstreams.openai_protocol import batch_line, completion_result, request_error
 
 
@@ -24,14 +25,17 @@ def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, i
         if error is not None:
             items.append({"id": post_id, "error": request_error(error, status)})
             continue
-        content, usage, error_text = completion_result(body)
+        answer = completion_result(body)
+        usage = answer.usage if isinstance(answer, Delivered | UpstreamFailed) else None
         if usage is not None:
             answered = True
             tokens[0] += usage["input_tokens"]
             tokens[1] += usage["output_tokens"]
-        if content is None:
-            items.append({"id": post_id, "error": error_text})
+        if not isinstance(answer, Delivered):
+            why = answer.reason if isinstance(answer, UpstreamFailed) else answer.detail
+            items.append({"id": post_id, "error": why})
             continue
+        content = answer.output
         try:
             parsed = json.loads(content)
         except ValueError:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from postledger.upstreams.calls import Created, CreateRequest, TaskSnapshot, TaskStatus
-from postledger.upstreams.errors import UpstreamError
-from postledger.upstreams.http import HttpUpstream, accepted_body, gateway_retries_of
+from postledger.upstreams.calls import Created, CreateRequest, NoVerdict
+from postledger.upstreams.http import HttpUpstream, accepted_body, gateway_retries_of, lost_answer
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 
@@ -35,16 +34,11 @@ class OpenAIChatClient(HttpUpstream):
         self.json_schema = json_schema
 
     async def create(self, request: CreateRequest) -> Created:
-        """Send the batch as one chat completion and return its answer (paid)."""
+        """Send the batch as one chat completion and return its answer (paid). An answer that
+        is not a completion is a lost answer: the model may have run, and been billed."""
         body = chat_body(request.model, request.prompt, request.posts, self.json_schema)
         response = await self._send("POST", "/chat/completions", json=body)
-        content, usage, error = completion_result(accepted_body(response))
-        status = TaskStatus.SUCCEEDED if content is not None else TaskStatus.FAILED
-        return Created(
-            None,
-            TaskSnapshot(None, status, content, usage, error),
-            gateway_retries=gateway_retries_of(response.headers),
-        )
-
-    async def get_task(self, task_id: str, *, wait: float = 0.0) -> TaskSnapshot:
-        raise UpstreamError("chat completions keep no task to poll")
+        answer = completion_result(accepted_body(response))
+        if isinstance(answer, NoVerdict):
+            raise lost_answer(response, answer.detail)
+        return Created(None, answer, gateway_retries=gateway_retries_of(response.headers))

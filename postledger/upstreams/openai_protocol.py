@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from postledger.batches.output import Category, Sentiment
+from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
 
 # Appended to the configured prompt: response_format asks for a JSON *object*, so the list of
 # analyses travels as {"results": [...]}, which `postledger.batches.output.check_output` unwraps.
@@ -64,9 +65,11 @@ def chat_body(
     }
 
 
-def completion_result(body: Any) -> tuple[str | None, dict[str, int] | None, str | None]:
-    """(content, usage, error) of a `chat.completion`: the text of `choices[0].message`, the
-    usage in the ledger's words (input/output tokens), or why there is no text."""
+def completion_result(body: Any) -> Delivered | UpstreamFailed | NoVerdict:
+    """What a `chat.completion` says: its text (`choices[0].message.content`) as the output
+    with the usage in the ledger's words (input/output tokens); the upstream's answer with no
+    text (a refusal, a cut-off), billed, with its usage; or no verdict when the body is not
+    a completion at all."""
     usage = None
     raw_usage = body.get("usage") if isinstance(body, dict) else None
     if isinstance(raw_usage, dict):
@@ -79,14 +82,15 @@ def completion_result(body: Any) -> tuple[str | None, dict[str, int] | None, str
             usage = None
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None, usage, "the completion has no choices"
+        return NoVerdict(NoVerdictReason.NOT_THE_ANSWER, "the answer is not a chat completion")
     message = choices[0].get("message") or {}
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, str) and content:
-        return content, usage, None
+        return Delivered(content, usage)
     refusal = message.get("refusal") if isinstance(message, dict) else None
     reason = choices[0].get("finish_reason")
-    return None, usage, f"no content (finish_reason {reason!r}{f': {refusal}' if refusal else ''})"
+    why = f"no content (finish_reason {reason!r}{f': {refusal}' if refusal else ''})"
+    return UpstreamFailed(why, billed=True, usage=usage)
 
 
 def batch_line(line: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:

@@ -31,7 +31,8 @@ FAST_TIMINGS = {"read_timeout": "1", "poll_wait": "0.2", "request_retries": "1"}
 @pytest.mark.parametrize(
     ("faulty", "deadline"),
     [
-        ({"faults": "poll:http_502@1"}, "3600"),  # every poll fails, request retries spent
+        # Every poll fails: looked at again, with a backoff, until our deadline (2 s here).
+        ({"faults": "poll:http_502@1"}, "2"),
         ({"latency": 3.0}, "0.5"),  # still running when our deadline passes
     ],
     indirect=["faulty"],

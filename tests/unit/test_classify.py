@@ -27,7 +27,6 @@ from postledger.upstreams.errors import (
     EndpointNotFound,
     ErrorBody,
     RejectedError,
-    TaskStillRunning,
     TaskUnknownError,
     TransportError,
     UpstreamError,
@@ -225,12 +224,6 @@ def test_a_transport_fault_is_certainly_unsent_only_when_it_never_reached_the_up
 
 def test_an_ambiguous_create_is_a_transport_failure_that_may_have_been_charged() -> None:
     failure = failure_of(AmbiguousCreate("the create may have been made"))
-    assert failure.kind is FailureKind.TRANSPORT
-    assert failure.reach is Reach.MAYBE
-
-
-def test_a_task_that_outlived_the_deadline_is_a_transport_failure_that_may_still_deliver() -> None:
-    failure = failure_of(TaskStillRunning("task t-1 still running after 3600 s"))
     assert failure.kind is FailureKind.TRANSPORT
     assert failure.reach is Reach.MAYBE
 

@@ -274,11 +274,26 @@ def test_an_idempotent_resend_of_a_post_that_bounced_too_often_is_left_uncertain
     assert decision.moves == []
 
 
-def test_a_never_sent_resend_of_a_non_idempotent_batch_is_not_given_back() -> None:
-    # The first send may have been charged: only the first send of a key can be given back.
+def test_a_never_sent_resend_of_a_non_idempotent_batch_gives_back_its_own_send() -> None:
+    """Without honoured keys each send is its own attempt and its own possible charge: a
+    resend (a person said yes) that never reached the upstream cost nothing, and is given back
+    as a first send is; the first send's possible charge stays (`record/decisions.py`)."""
     decision = fail(posts(2), Failure(FailureKind.TRANSPORT, "no connection", Reach.NEVER), sends=2)
-    assert decision.uncertain
-    assert not decision.nothing_charged
+    assert decision.batch_to is BatchStatus.FAILED and decision.nothing_charged
+    assert all(m.to is PostStatus.PENDING and m.refund for m in decision.moves)
+
+
+def test_a_never_sent_resend_under_an_honoured_key_is_not_given_back() -> None:
+    """Under a key the upstream honours, a resend is the first send's attempt again, which
+    may have been charged: it is sent again under the same key, never given back."""
+    decision = fail(
+        posts(2),
+        Failure(FailureKind.TRANSPORT, "no connection", Reach.NEVER),
+        sends=2,
+        idempotent=True,
+    )
+    assert decision.batch_to is BatchStatus.QUEUED and not decision.nothing_charged
+    assert not any(m.refund for m in decision.moves)
 
 
 # --- stopping failures (R14, R17) -----------------------------------------------------------------
@@ -306,14 +321,18 @@ def test_credentials_balance_and_permission_end_the_posts_with_their_kind_and_st
 
 
 @pytest.mark.parametrize("kind", sorted(STOPPING))
-def test_a_stopping_refusal_of_a_resend_ends_the_posts_without_giving_a_charge_back(
-    kind: FailureKind,
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_stopping_refusal_of_a_resend_gives_back_only_a_send_of_its_own(
+    kind: FailureKind, idempotent: bool
 ) -> None:
-    decision = fail(posts(2), Failure(kind, "refused", Reach.NEVER), sends=2)
+    """The refused resend cost nothing; without honoured keys it was an attempt of its own,
+    given back; under an honoured key it was the first send's, which may have been charged."""
+    decision = fail(posts(2), Failure(kind, "refused", Reach.NEVER), sends=2, idempotent=idempotent)
     assert decision.batch_to is BatchStatus.FAILED
     assert decision.stop_run is not None
-    assert not decision.nothing_charged
-    assert all(m.to is PostStatus.FAILED and not m.refund for m in decision.moves)
+    assert decision.nothing_charged is not idempotent
+    own = not idempotent
+    assert all(m.to is PostStatus.FAILED and m.refund is own for m in decision.moves)
 
 
 def test_a_wrong_url_leaves_the_posts_unpaid_for_the_fix_and_stops_the_run() -> None:
@@ -646,12 +665,15 @@ def test_every_post_of_a_decided_batch_gets_exactly_one_move_unless_it_is_uncert
 
 @QUICK
 @given(failure_case())
-def test_a_charge_is_given_back_only_for_the_first_send_of_a_call_that_never_reached_it(
+def test_a_charge_is_given_back_only_for_a_send_of_its_own_that_never_reached_it(
     case: Case,
 ) -> None:
     decision = decide(case)
-    batch, _, failure, _, _ = case
-    certainly_unsent = failure.reach is Reach.NEVER and batch.sends == 1
+    batch, _, failure, idempotent, _ = case
+    # Under an honoured key a later send is the first send's attempt again; elsewhere each
+    # send is an attempt of its own.
+    own_attempt = batch.sends == 1 or not idempotent
+    certainly_unsent = failure.reach is Reach.NEVER and own_attempt
     if decision.nothing_charged or any(m.refund for m in decision.moves):
         assert certainly_unsent and batch.upstream_task_id is None
         assert decision.nothing_charged

@@ -1,0 +1,163 @@
+"""Following paid work until the upstream gives its verdict on each batch it carries.
+
+Only the upstream's verdict ends a paid batch (R48). A look that gives no verdict (a
+transport fault after the request retries, a body that is not the answer, results that are
+cut or lack a batch's line, a refused read) is looked at again after a backoff, for as long
+as our deadline allows (a Batch API: its whole completion window); a batch with no verdict by
+then stays `running` with its id, and the next run looks again. Each batch is settled the
+moment its verdict is read, so a job's answered lines are saved while its others are read
+again. The breaker hears of a job's lack of verdict once, not once per line (R18).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from postledger.failures.verdicts import worth_looking_again
+from postledger.guards.spill import SpillFailed
+from postledger.record.db import LedgerUnavailable
+from postledger.record.models import BatchRecord, BatchStatus
+from postledger.record.month_lease import MonthLost
+from postledger.trip.keeping import Trip
+from postledger.trip.outcome import BatchOutcome, LedgerFailed
+from postledger.trip.settle import settle
+from postledger.upstreams.calls import (
+    Delivered,
+    JobEnded,
+    JobLook,
+    Look,
+    NoVerdict,
+    NoVerdictReason,
+    Running,
+    Unknown,
+    UpstreamFailed,
+)
+
+# Look at this batch's (or job's) work for at most this many seconds: its batches' ids.
+LookFor = Callable[[Sequence[str], float], Awaitable[JobLook]]
+
+# The longest wait between two looks that gave no verdict.
+MOST_BACKOFF = 300.0
+
+
+class Backoff:
+    """The waits between looks that gave no verdict: from `first`, doubling up to
+    `MOST_BACKOFF`; a wait the upstream asked for (a rate limit) is honoured up to `longest`."""
+
+    def __init__(self, first: float, longest: float) -> None:
+        self._next = max(first, 0.05)
+        self._longest = longest
+
+    def after(self, no_verdict: NoVerdict) -> float:
+        wait = self._next
+        self._next = min(self._next * 2, MOST_BACKOFF)
+        if no_verdict.retry_after is not None:
+            wait = max(wait, min(no_verdict.retry_after, self._longest))
+        return wait
+
+
+def job_look_of(batch_id: str, look: Look) -> JobLook:
+    """A look at one batch's own task, as a look at a job that carries that batch alone."""
+    if isinstance(look, Running | Unknown | NoVerdict):
+        return look
+    return JobEnded({batch_id: look})
+
+
+async def follow(
+    trip: Trip,
+    batches: Sequence[BatchRecord],
+    task_id: str,
+    look: LookFor,
+    outcomes: dict[str, BatchOutcome],
+) -> None:
+    """Settle each batch from its verdict as it comes, into `outcomes`; those with no verdict
+    by our deadline are settled as uncertain (still running, their id kept)."""
+    clock, settings = trip.clock, trip.settings
+    pending = {batch.batch_id: batch for batch in batches if batch.batch_id not in outcomes}
+    give_up = clock.monotonic() + settings.wait_deadline()
+    backoff = Backoff(settings.request_backoff, settings.rate_limit_max_wait)
+    problem: NoVerdict | None = None
+    while pending and (remaining := give_up - clock.monotonic()) > 0:
+        seen = await look(list(pending), remaining)
+        if isinstance(seen, Running):
+            problem = None  # the upstream answers: a later lack of verdict is our deadline
+            continue
+        if isinstance(seen, Unknown):
+            for batch in pending.values():
+                outcomes[batch.batch_id] = _settled(trip, batch, seen, task_id)
+            return
+        if isinstance(seen, JobEnded):
+            _settle_ended(trip, pending, seen, task_id, outcomes)
+            unread = [line for line in seen.lines.values() if isinstance(line, NoVerdict)]
+            pending = {b: batch for b, batch in pending.items() if b not in outcomes}
+            if not pending:
+                return
+            seen = unread[0] if unread else _missing(list(pending))
+        problem = seen
+        if not worth_looking_again(seen):
+            break
+        trip.log.warning(
+            "%s: no verdict yet (%s); looking again: %s",
+            task_id,
+            seen.reason.value,
+            seen.detail,
+        )
+        await clock.sleep(min(backoff.after(seen), max(give_up - clock.monotonic(), 0.0)))
+    last = problem or NoVerdict(
+        NoVerdictReason.DEADLINE,
+        f"still running upstream after {settings.wait_deadline():g} s, our deadline",
+    )
+    for nth, batch in enumerate(pending.values()):
+        outcomes[batch.batch_id] = _settled(trip, batch, last, task_id, tell_breaker=nth == 0)
+
+
+def _settle_ended(
+    trip: Trip,
+    pending: dict[str, BatchRecord],
+    ended: JobEnded,
+    task_id: str,
+    outcomes: dict[str, BatchOutcome],
+) -> None:
+    """Each batch whose line holds a verdict settled from it. If the month was lost to
+    another run on the way, the outputs read and not yet saved are spilled for it."""
+    verdicts = [
+        (batch_id, line)
+        for batch_id, line in ended.lines.items()
+        if batch_id in pending and not isinstance(line, NoVerdict)
+    ]
+    for index, (batch_id, line) in enumerate(verdicts):
+        try:
+            outcomes[batch_id] = _settled(trip, pending[batch_id], line, task_id)
+        except MonthLost:
+            for later_id, later in verdicts[index + 1 :]:
+                if isinstance(later, Delivered):
+                    trip.spill_output(later_id, task_id, later)
+            raise
+
+
+def _settled(
+    trip: Trip,
+    batch: BatchRecord,
+    seen: Unknown | NoVerdict | Delivered | UpstreamFailed,
+    task_id: str,
+    *,
+    tell_breaker: bool = True,
+) -> BatchOutcome:
+    """One batch settled; a ledger or spill write that failed on the way is that batch's
+    outcome (it stops new work), and the job's other batches are settled still."""
+    try:
+        return settle(trip, batch, seen, task_id, tell_breaker=tell_breaker)
+    except (LedgerUnavailable, SpillFailed) as exc:
+        if isinstance(exc, SpillFailed):
+            trip.log.critical("%s: %s", batch.batch_id, exc)
+        else:
+            trip.log.error("%s: the ledger could not be written: %s", batch.batch_id, exc)
+        trip.failed_to_write(exc)
+        return LedgerFailed(batch.batch_id, BatchStatus.RUNNING, str(exc))
+
+
+def _missing(batch_ids: list[str]) -> NoVerdict:
+    return NoVerdict(
+        NoVerdictReason.RESULTS_INCOMPLETE,
+        f"the job's results have no line for {len(batch_ids)} of its batches",
+    )

@@ -1,0 +1,162 @@
+"""What a trip writes on the paid path, and where it goes when the ledger will not take it.
+
+Every write is fenced by the run's claim on the month (R34): a run that lost its month to
+another writes nothing more of it (`MonthLost`). What a paid call taught us (an upstream id,
+an output, a gateway's own retries) is never lost: if the ledger cannot take it, or the month
+was lost, it goes to the month's spill file (R20, R46), which the next run imports first; and
+if the spill cannot take it either, `SpillFailed` carries it in its message. The id of a paid
+call is the first thing kept after it; counting comes after (R23).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from logging import Logger, LoggerAdapter
+from typing import Any
+
+from postledger.guards.spend import estimate
+from postledger.guards.spill import SpillKind, spill_for
+from postledger.ledger import Ledger
+from postledger.record.db import LedgerUnavailable
+from postledger.record.models import BatchRecord
+from postledger.record.month_lease import MonthLost
+from postledger.settings import Settings
+from postledger.trip.port import REAL_CLOCK, Clock, UpstreamPort
+from postledger.upstreams.calls import Delivered
+
+RunLogger = Logger | LoggerAdapter[Any]
+
+
+@dataclass
+class Trip:
+    """What one trip needs, and what the ledger could not take on the way (the trip goes on
+    regardless: what it sent is paid for)."""
+
+    ledger: Ledger
+    settings: Settings
+    port: UpstreamPort
+    log: RunLogger
+    holder: str | None = None  # the run's claim on the month: every write's fence
+    clock: Clock = REAL_CLOCK
+    ledger_failure: str | None = field(default=None)
+    lost: MonthLost | None = field(default=None)  # the month, lost to another run on the way
+
+    def failed_to_write(self, exc: Exception) -> None:
+        self.ledger_failure = self.ledger_failure or str(exc)
+
+    def check_month(self) -> None:
+        """After what a paid call taught us is kept (in the ledger or the spill): a trip of a
+        run that lost its month goes no further (the run that holds it settles the batch)."""
+        if self.lost is not None:
+            raise self.lost
+
+    def keep_task_id(self, batch_id: str, task_id: str, adopted: str | None = None) -> None:
+        """The paid task's id in the ledger, or else in the spill file."""
+        try:
+            self.ledger.record_task_id(batch_id, task_id, adopted=adopted, holder=self.holder)
+        except (LedgerUnavailable, MonthLost) as exc:
+            spill_for(self.settings, batch_id).add(SpillKind.TASK_ID, batch_id, task_id=task_id)
+            self.log.error("%s: task id %s kept in the spill file: %s", batch_id, task_id, exc)
+            self._carry_on(exc)
+
+    def keep_job_id(
+        self,
+        submission_id: str,
+        batch_ids: Sequence[str],
+        job_id: str,
+        file_id: str | None,
+        adopted: str | None = None,
+    ) -> None:
+        """The submission's job id on it and on each of its batches, or else in the spill
+        file for each batch."""
+        try:
+            self.ledger.record_job_id(
+                submission_id, job_id, file_id=file_id, adopted=adopted, holder=self.holder
+            )
+        except (LedgerUnavailable, MonthLost) as exc:
+            for batch_id in batch_ids:
+                spill_for(self.settings, batch_id).add(SpillKind.TASK_ID, batch_id, task_id=job_id)
+            self.log.error("%s: job id %s kept in the spill file: %s", submission_id, job_id, exc)
+            self._carry_on(exc)
+
+    def keep_output(self, batch_id: str, task_id: str | None, output: str, usage: Any) -> bool:
+        """The delivered output saved before it is checked (R4), or else spilled: True when
+        the ledger took it."""
+        try:
+            self.ledger.save_output(
+                batch_id, output, usage, self.settings.price(), holder=self.holder
+            )
+            return True
+        except (LedgerUnavailable, MonthLost) as exc:
+            # Paid for and delivered: the next run imports it instead of paying again.
+            spill_for(self.settings, batch_id).add(
+                SpillKind.OUTPUT, batch_id, task_id=task_id, output=output, usage=usage
+            )
+            self.log.error("%s: output kept in the spill file: %s", batch_id, exc)
+            self._carry_on(exc)
+            self.check_month()
+            return False
+
+    def spill_output(self, batch_id: str, task_id: str | None, delivered: Delivered) -> None:
+        """An output read but not to be written here (the month was lost): spilled, for the
+        run that holds the month now, or the next one, to import."""
+        spill_for(self.settings, batch_id).add(
+            SpillKind.OUTPUT,
+            batch_id,
+            task_id=task_id,
+            output=delivered.output,
+            usage=delivered.usage,
+        )
+
+    def spill_usage(self, batch_id: str, usage: dict[str, Any]) -> None:
+        """What an answer without an output reported it used, for the next run to book."""
+        spill_for(self.settings, batch_id).add(SpillKind.USAGE, batch_id, usage=usage)
+
+    def book_gateway_retries(self, batches: Sequence[BatchRecord], retries: int) -> None:
+        """A gateway reported retrying the request on its own `retries` times: each may have
+        made (and been charged for) the whole request again, every batch it carried. Each is
+        a possible charge of each batch (R42), in the ledger or else in the spill file; unless
+        the upstream honours the idempotency key the retries carried."""
+        if retries <= 0:
+            return
+        named = ", ".join(b.batch_id for b in batches[:3]) + (" …" if len(batches) > 3 else "")
+        if self.port.facts.honours_keys:
+            # Its retries carried the same idempotency key, which the upstream honours: they
+            # were answered with the one task, never charged again.
+            self.log.info("%s: the gateway retried the request %dx on its own", named, retries)
+            return
+        self.log.warning(
+            "%s: the gateway retried the request %dx on its own: each may have been charged",
+            named,
+            retries,
+        )
+        settings = self.settings
+        for batch in batches:
+            batch_id = batch.batch_id
+            try:
+                self.ledger.count_gateway_retries(
+                    batch_id,
+                    retries,
+                    price=settings.price(),
+                    prompt=settings.prompt,
+                    holder=self.holder,
+                )
+            except (LedgerUnavailable, MonthLost) as exc:
+                price, texts = settings.price(), [text for _, text in batch.request or []]
+                spill_for(settings, batch_id).add(
+                    SpillKind.GATEWAY_RETRIES,
+                    batch_id,
+                    retries=retries,
+                    estimated_cost=estimate(price, settings.prompt, texts) if price else None,
+                )
+                self._carry_on(exc)
+
+    def _carry_on(self, exc: LedgerUnavailable | MonthLost) -> None:
+        """After a fact was spilled: a ledger that failed stops new work, and the trip goes
+        on; a month lost to another run ends the trip once the rest of what it learned is
+        kept too (`check_month`)."""
+        if isinstance(exc, MonthLost):
+            self.lost = self.lost or exc
+        else:
+            self.failed_to_write(exc)

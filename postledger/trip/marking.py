@@ -1,0 +1,84 @@
+"""The intent to pay, persisted before paying (R3): a batch marked running, or the outcome
+that says why it may not start now (it stays queued, and nothing was paid).
+
+On a Batch API a submission marks its batches in start order while its job has room, and
+stops at the first that may not start (the breaker, the budget, a stop): it and every batch
+after it stay queued (R9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from postledger.guards.breaker import BreakerHeld
+from postledger.guards.charges import BudgetHeld
+from postledger.record.db import LedgerUnavailable
+from postledger.record.models import BatchRecord, BatchStatus
+from postledger.record.month_lease import MonthLost
+from postledger.trip.keeping import Trip
+from postledger.trip.outcome import BatchOutcome, HeldByBreaker, LedgerFailed, OverBudget, StopsRun
+from postledger.upstreams import UpstreamNotConfigured, check_configured, request_bytes
+
+# Room kept in a job's file for the next line before it is marked running (its size is known
+# only then): its posts may be up to max_batch_chars characters, each up to 7 bytes once
+# escaped twice (a control character in the posts' JSON, inside the line's JSON), under the
+# prompt and the JSON around them.
+_BYTES_PER_CHAR = 7
+_LINE_OVERHEAD = 8192
+
+
+def mark_sent(trip: Trip, batch_id: str) -> BatchRecord | BatchOutcome:
+    """The batch marked running, its attempt counted and its possible charge booked (R3); or
+    why it may not start now."""
+    settings = trip.settings
+    try:
+        check_configured(settings)  # a batch is never marked running for nothing
+        batch, _ = trip.ledger.mark_running(
+            batch_id,
+            settings.breaker_name(),
+            idempotent=trip.port.facts.honours_keys,
+            price=settings.price(),
+            prompt=settings.prompt,
+            max_cost=settings.max_cost,
+            holder=trip.holder,
+            max_attempts=settings.max_attempts,
+        )
+    except (UpstreamNotConfigured, MonthLost) as exc:
+        return StopsRun(batch_id, BatchStatus.QUEUED, "not sent", str(exc))
+    except BreakerHeld as exc:
+        return HeldByBreaker(batch_id, str(exc))
+    except BudgetHeld as exc:
+        return OverBudget(batch_id, str(exc))
+    except LedgerUnavailable as exc:  # no record, no call (R20)
+        return LedgerFailed(batch_id, BatchStatus.QUEUED, str(exc))
+    return batch
+
+
+def mark_for_job(
+    trip: Trip, batch_ids: Sequence[str]
+) -> tuple[list[BatchRecord], BatchOutcome | None]:
+    """Mark the batches running in start order while the job has room; stop at the first
+    that may not start (it, and those after it, stay queued: nothing was paid)."""
+    settings = trip.settings
+    most_lines, most_bytes = settings.submission_limits()
+    next_line = (
+        _BYTES_PER_CHAR * settings.max_batch_chars
+        + 2 * len(settings.prompt.encode())
+        + _LINE_OVERHEAD
+    )
+    marked: list[BatchRecord] = []
+    size = 0
+    for batch_id in batch_ids[:most_lines]:
+        if marked and size + next_line > most_bytes:
+            break
+        batch = mark_sent(trip, batch_id)
+        if not isinstance(batch, BatchRecord):
+            return marked, batch
+        marked.append(batch)
+        size += request_bytes(settings, batch.batch_id, posts_of(batch))  # as it will be sent
+    return marked, None
+
+
+def posts_of(batch: BatchRecord) -> list[tuple[str, str]]:
+    """The request the batch was first sent with (R35): its posts' ids and texts."""
+    return [(post_id, text) for post_id, text in batch.request or []]
