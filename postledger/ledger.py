@@ -25,9 +25,8 @@ from postledger.failures.policy import Decision
 from postledger.guards.approvals import Approvals
 from postledger.guards.breaker_state import apply_signal, check_may_start
 from postledger.guards.charges import (
-    book_gateway_retries,
+    GatewayRetries,
     book_send,
-    estimated_cost,
     settle,
 )
 from postledger.guards.spend import Price, unpriced_budget
@@ -189,17 +188,22 @@ class Ledger(LedgerReads):
         task_id: str,
         *,
         adopted: str | None = None,
+        gateway: GatewayRetries | None = None,
         holder: str | None = None,
     ) -> None:
         """Save the upstream task id the moment it is known: recovery polls it (R23).
 
         `adopted`: the id was never saved by the run that made the task and was found
         upstream afterwards (why, and how); it is logged as an event of the batch, whose
-        status stays as it is. `holder`: the run's claim on the month, the write's fence
-        (`MonthLost`, and nothing written, when another run holds the month now)."""
+        status stays as it is. `gateway`: the retries a gateway made of the same create, on
+        the books in the same transaction (a crash cannot keep the id and lose them).
+        `holder`: the run's claim on the month, the write's fence (`MonthLost`, and nothing
+        written, when another run holds the month now)."""
         with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
             sending.take_task_id(session, moves, batch, task_id, adopted)
+            if gateway is not None:
+                gateway.book(session, moves, batch)
 
     # --- a submission: one upstream job, many batches (Batch APIs) ---------------------------
 
@@ -216,15 +220,21 @@ class Ledger(LedgerReads):
         *,
         file_id: str | None = None,
         adopted: str | None = None,
+        gateway: GatewayRetries | None = None,
         holder: str | None = None,
     ) -> list[str]:
         """Save the submission's upstream job id the moment it is known, on it and as the
-        task id of each of its batches (R23). Returns the batches that took it."""
+        task id of each of its batches (R23). Returns the batches that took it. `gateway`: as
+        for `record_task_id`, on every batch of the submission (a remade job remade each)."""
         month = self.submission(submission_id).month
         with self._fenced(month, holder) as (session, moves):
             found = session.get(SubmissionRecord, submission_id)
             assert found is not None  # submissions are never deleted
-            return submissions.take_job_id(session, moves, found, job_id, file_id, adopted)
+            taken = submissions.take_job_id(session, moves, found, job_id, file_id, adopted)
+            if gateway is not None:
+                for batch_id in found.batch_ids:
+                    gateway.book(session, moves, self._batch(session, batch_id))
+            return taken
 
     def save_output(
         self,
@@ -289,8 +299,7 @@ class Ledger(LedgerReads):
             return
         with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
-            estimated = estimated_cost(batch, price, prompt)
-            book_gateway_retries(session, moves, batch, retries, estimated=estimated)
+            GatewayRetries(retries, price, prompt).book(session, moves, batch)
 
     def count_request_retry(self, batch_id: str, *, holder: str | None = None) -> None:
         """One more request-layer retry for this batch (R16: not a business attempt)."""

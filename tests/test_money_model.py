@@ -983,7 +983,10 @@ class MoneyModel(RuleBasedStateMachine):
             owed = sum(c.cost if c.usage_told else c.estimate for c in charges)
             booked = sum(r.cost if r.cost is not None else (r.estimated_cost or 0) for r in kept)
             extra = len(kept) - len(charges)
-            assert extra >= 0, f"invariant 10: {send} billed {len(charges)}x, booked {len(kept)}"
+            assert extra >= 0, (
+                f"invariant 10: {send} billed {len(charges)}x, booked {len(kept)}: rows {kept}, "
+                f"charges {charges}. {self.history(send[0])}"
+            )
             if extra:
                 assert send in model.unknowable, (
                     f"invariant 10: {send} booked {len(kept)} charges, billed {len(charges)}, "

@@ -6,6 +6,7 @@ change that explains it are committed together.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -132,6 +133,21 @@ def book_gateway_retries(
         batch.status,
         f"the gateway retried the request {retries}x on its own: possibly charged again",
     )
+
+
+@dataclass(frozen=True)
+class GatewayRetries:
+    """What a gateway said it did on its own with one create: `count` extra attempts, each a
+    possible charge at the batch's estimate (from `price` and `prompt`)."""
+
+    count: int
+    price: Price | None
+    prompt: str
+
+    def book(self, session: Session, moves: Transitions, batch: BatchRecord) -> None:
+        if self.count > 0:
+            estimated = estimated_cost(batch, self.price, self.prompt)
+            book_gateway_retries(session, moves, batch, self.count, estimated=estimated)
 
 
 def estimated_cost(batch: BatchRecord, price: Price | None, prompt: str) -> int | None:

@@ -48,10 +48,11 @@ def take_spilled(
     if kind is SpillKind.USAGE and batch.status is BatchStatus.RUNNING:
         settle(session, batch.batch_id, record["usage"], price)  # the decision comes later
         taken += 1
-    if kind is SpillKind.GATEWAY_RETRIES:
+    if kind in (SpillKind.GATEWAY_RETRIES, SpillKind.TASK_ID) and record.get("retries"):
+        # On a task id: what the gateway did with the create that made it, kept with it.
         retries, estimated = int(record["retries"]), record.get("estimated_cost")
         book_gateway_retries(session, moves, batch, retries, estimated=estimated)
-        taken += 1
+        taken += kind is SpillKind.GATEWAY_RETRIES
     if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
         why = "output saved from the spill file, not yet validated"
         receive(session, moves, batch, record["output"], record.get("usage"), price, why)

@@ -90,10 +90,11 @@ async def _create(trip: Trip, batch: BatchRecord) -> str | BatchOutcome:
         trip.check_month()
         return settle_create_failure(trip, batch, exc)
     crash_point(CrashPoint.AFTER_CREATE)
-    if created.task_id is not None:
-        trip.keep_task_id(batch_id, created.task_id)  # the first thing kept after paying
+    if created.task_id is not None:  # the first thing kept after paying, with what a gateway did
+        trip.keep_task_id(batch, created.task_id, retried=created.gateway_retries)
+    else:  # a synchronous upstream: its answer, settled next, is the thing to keep
+        trip.book_gateway_retries([batch], created.gateway_retries)
     crash_point(CrashPoint.AFTER_TASK_ID)
-    trip.book_gateway_retries([batch], created.gateway_retries)
     trip.check_month()
     if created.finished is not None:  # a synchronous upstream answered the create itself
         return settle(trip, batch, created.finished, None)
@@ -109,7 +110,7 @@ async def _look_for_it(trip: Trip, batch: BatchRecord) -> str | None:
     if not isinstance(found, Found) or found.task_id is None:
         return None
     trip.keep_task_id(
-        batch.batch_id,
+        batch,
         found.task_id,
         adopted=f"found upstream task {found.task_id} by its metadata after an answer to its "
         "create was lost; it is polled, not paid again",

@@ -5,7 +5,8 @@ another writes nothing more of it (`MonthLost`). What a paid call taught us (an 
 an output, a gateway's own retries) is never lost: if the ledger cannot take it, or the month
 was lost, it goes to the month's spill file (R20, R46), which the next run imports first; and
 if the spill cannot take it either, `SpillFailed` carries it in its message. The id of a paid
-call is the first thing kept after it; counting comes after (R23).
+call is the first thing kept after it, with what a gateway said it did with the same call in
+the same write (R23, R42).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from logging import Logger, LoggerAdapter
 from typing import Any
 
+from postledger.guards.charges import GatewayRetries
 from postledger.guards.spend import estimate
 from postledger.guards.spill import SpillKind, spill_for
 from postledger.ledger import Ledger
@@ -51,34 +53,57 @@ class Trip:
         if self.lost is not None:
             raise self.lost
 
-    def keep_task_id(self, batch_id: str, task_id: str, adopted: str | None = None) -> None:
-        """The paid task's id in the ledger, or else in the spill file."""
+    def keep_task_id(
+        self, batch: BatchRecord, task_id: str, adopted: str | None = None, *, retried: int = 0
+    ) -> None:
+        """The paid task's id in the ledger, or else in the spill file; with it, in the same
+        write, the `retried` attempts a gateway said it made of the same create."""
+        retries = self._chargeable([batch], retried)
+        gateway = GatewayRetries(retries, self.settings.price(), self.settings.prompt)
         try:
-            self.ledger.record_task_id(batch_id, task_id, adopted=adopted, holder=self.holder)
+            self.ledger.record_task_id(
+                batch.batch_id, task_id, adopted=adopted, gateway=gateway, holder=self.holder
+            )
         except (LedgerUnavailable, MonthLost) as exc:
-            spill_for(self.settings, batch_id).add(SpillKind.TASK_ID, batch_id, task_id=task_id)
-            self.log.error("%s: task id %s kept in the spill file: %s", batch_id, task_id, exc)
+            self._spill_id(batch, task_id, retries)
+            why = "%s: task id %s kept in the spill file: %s"
+            self.log.error(why, batch.batch_id, task_id, exc)
             self._carry_on(exc)
 
     def keep_job_id(
         self,
         submission_id: str,
-        batch_ids: Sequence[str],
+        batches: Sequence[BatchRecord],
         job_id: str,
         file_id: str | None,
         adopted: str | None = None,
+        *,
+        retried: int = 0,
     ) -> None:
         """The submission's job id on it and on each of its batches, or else in the spill
-        file for each batch."""
+        file for each batch; with it, as for `keep_task_id`, a gateway's retries."""
+        retries = self._chargeable(batches, retried)
+        gateway = GatewayRetries(retries, self.settings.price(), self.settings.prompt)
         try:
             self.ledger.record_job_id(
-                submission_id, job_id, file_id=file_id, adopted=adopted, holder=self.holder
+                submission_id,
+                job_id,
+                file_id=file_id,
+                adopted=adopted,
+                gateway=gateway,
+                holder=self.holder,
             )
         except (LedgerUnavailable, MonthLost) as exc:
-            for batch_id in batch_ids:
-                spill_for(self.settings, batch_id).add(SpillKind.TASK_ID, batch_id, task_id=job_id)
+            for batch in batches:
+                self._spill_id(batch, job_id, retries)
             self.log.error("%s: job id %s kept in the spill file: %s", submission_id, job_id, exc)
             self._carry_on(exc)
+
+    def _spill_id(self, batch: BatchRecord, task_id: str, retries: int) -> None:
+        facts: dict[str, Any] = {"task_id": task_id}
+        if retries:
+            facts.update(retries=retries, estimated_cost=self._estimate(batch))
+        spill_for(self.settings, batch.batch_id).add(SpillKind.TASK_ID, batch.batch_id, **facts)
 
     def keep_output(self, batch_id: str, task_id: str | None, output: str, usage: Any) -> bool:
         """The delivered output saved before it is checked (R4), or else spilled: True when
@@ -113,24 +138,13 @@ class Trip:
         """What an answer without an output reported it used, for the next run to book."""
         spill_for(self.settings, batch_id).add(SpillKind.USAGE, batch_id, usage=usage)
 
-    def book_gateway_retries(self, batches: Sequence[BatchRecord], retries: int) -> None:
-        """A gateway reported retrying the request on its own `retries` times: each may have
-        made (and been charged for) the whole request again, every batch it carried. Each is
-        a possible charge of each batch (R42), in the ledger or else in the spill file; unless
-        the upstream honours the idempotency key the retries carried."""
+    def book_gateway_retries(self, batches: Sequence[BatchRecord], retried: int) -> None:
+        """A create that made nothing we know of (it failed, or its answer was lost), after a
+        gateway retried it on its own `retried` times: on the books of each batch it carried,
+        in the ledger or else in the spill file (R42)."""
+        retries = self._chargeable(batches, retried)
         if retries <= 0:
             return
-        named = ", ".join(b.batch_id for b in batches[:3]) + (" …" if len(batches) > 3 else "")
-        if self.port.facts.honours_keys:
-            # Its retries carried the same idempotency key, which the upstream honours: they
-            # were answered with the one task, never charged again.
-            self.log.info("%s: the gateway retried the request %dx on its own", named, retries)
-            return
-        self.log.warning(
-            "%s: the gateway retried the request %dx on its own: each may have been charged",
-            named,
-            retries,
-        )
         settings = self.settings
         for batch in batches:
             batch_id = batch.batch_id
@@ -143,14 +157,35 @@ class Trip:
                     holder=self.holder,
                 )
             except (LedgerUnavailable, MonthLost) as exc:
-                price, texts = settings.price(), [text for _, text in batch.request or []]
                 spill_for(settings, batch_id).add(
                     SpillKind.GATEWAY_RETRIES,
                     batch_id,
                     retries=retries,
-                    estimated_cost=estimate(price, settings.prompt, texts) if price else None,
+                    estimated_cost=self._estimate(batch),
                 )
                 self._carry_on(exc)
+
+    def _chargeable(self, batches: Sequence[BatchRecord], retried: int) -> int:
+        """Of a gateway's `retried` attempts of a create, how many may have been charged again
+        (each may have made the whole request again, every batch it carried): all, unless the
+        upstream honours the idempotency key they carried, which answered them with the one
+        task."""
+        if retried <= 0:
+            return 0
+        named = ", ".join(b.batch_id for b in batches[:3]) + (" …" if len(batches) > 3 else "")
+        if self.port.facts.honours_keys:
+            self.log.info("%s: the gateway retried the request %dx on its own", named, retried)
+            return 0
+        self.log.warning(
+            "%s: the gateway retried the request %dx on its own: each may have been charged",
+            named,
+            retried,
+        )
+        return retried
+
+    def _estimate(self, batch: BatchRecord) -> int | None:
+        price, texts = self.settings.price(), [text for _, text in batch.request or []]
+        return estimate(price, self.settings.prompt, texts) if price else None
 
     def _carry_on(self, exc: LedgerUnavailable | MonthLost) -> None:
         """After a fact was spilled: a ledger that failed stops new work, and the trip goes

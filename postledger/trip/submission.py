@@ -94,7 +94,7 @@ async def _send_again(
         if found.task_id is not None:
             trip.keep_job_id(
                 submission_id,
-                batch_ids,
+                batches,
                 found.task_id,
                 None,
                 adopted=f"found upstream job {found.task_id} by its metadata before sending "
@@ -161,10 +161,10 @@ async def _send(
         return
     crash_point(CrashPoint.AFTER_CREATE)
     assert created.task_id is not None, "a Batch API answers a create with the job's id"
-    job_ids = [b.batch_id for b in batches]
-    trip.keep_job_id(submission_id, job_ids, created.task_id, created.file_id)  # first
+    trip.keep_job_id(  # the first thing kept after paying, with what a gateway did
+        submission_id, batches, created.task_id, created.file_id, retried=created.gateway_retries
+    )
     crash_point(CrashPoint.AFTER_TASK_ID)
-    trip.book_gateway_retries(batches, created.gateway_retries)  # a remade job: every line
     trip.check_month()
     await _follow_job(trip, submission_id, batches, created.task_id, outcomes)
 
@@ -182,7 +182,7 @@ async def _look_for_it(
         return None
     trip.keep_job_id(
         submission_id,
-        [b.batch_id for b in batches],
+        batches,
         found.task_id,
         None,
         adopted=f"found upstream job {found.task_id} by its metadata after an answer to its "

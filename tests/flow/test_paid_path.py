@@ -2,8 +2,8 @@
 fault-injecting simulator, with the ledger failing a chosen write as a database would
 (`tests/ledger_faults.py`). The evidence: the simulator's charge log, the ledger, the spill.
 
-- The id of a paid call is the first thing kept after it; counting a gateway's retries
-  comes after, and a ledger failure there loses nothing.
+- The id of a paid call is the first thing kept after it, in one write with a gateway's
+  retries of the same call: a ledger failure there loses neither.
 - A submission whose ledger (or spill) fails on the way stops new work, as a batch's does.
 - A task id that reached only the spill, then a refused poll: the batch is uncertain, never
   taken as unpaid.
@@ -66,9 +66,12 @@ def spilled(kind: SpillKind) -> list[dict[str, Any]]:
     cases((BATCH, MESSAGE_BATCHES), "create:gateway_retries#1;retries=2"),
     indirect=["faulty"],
 )
-def test_the_jobs_id_is_kept_first_when_booking_the_gateways_retries_fails(
+def test_the_jobs_id_and_the_gateways_retries_are_kept_together(
     prefect_harness: None, faulty: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path
 ) -> None:
+    """The job's id and what the gateway did with the create that made it are one write: a
+    ledger failure on the retries sends both to the spill (a crash between two writes can no
+    longer keep one and lose the other; before, the failure lost the id)."""
     from flows.dispatch import RunStopped
 
     with (
@@ -78,10 +81,11 @@ def test_the_jobs_id_is_kept_first_when_booking_the_gateways_retries_fails(
         run(tmp_path, 50)  # two ledger batches, one job
     assert failed, "the gateway's retries were never booked: the test would prove nothing"
     batches = ledger.batches(MONTH)
-    (job_id,) = {b.upstream_task_id for b in batches}
-    assert job_id is not None  # kept before the booking failed
-    (booking,) = spilled(SpillKind.GATEWAY_RETRIES)  # what the ledger could not take
-    assert booking["retries"] == 2
+    kept = spilled(SpillKind.TASK_ID)  # what the ledger could not take, together
+    assert sorted(r["batch_id"] for r in kept) == sorted(b.batch_id for b in batches)
+    (job_id,) = {r["task_id"] for r in kept}
+    assert job_id is not None
+    assert {r["retries"] for r in kept} == {2}
 
     run(tmp_path, 50, poll=True)  # the next run imports the spill and reads the job
     assert statuses(ledger) == {"completed": 50}
