@@ -178,6 +178,9 @@ class ModelUpstream:
         # Sends whose usage reached us, then went with the job before the ledger may have
         # kept it (a crash between the read and the save): booked at their cost or estimate.
         self.cost_unsure: set[tuple[str, int]] = set()
+        # Sends a gateway retried on its own, whose answer (the only report of it) a crash may
+        # have lost before it was written: its extra charges may be off the books.
+        self.gateway_unknown: set[tuple[str, int]] = set()
         self.files: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {}
         self.creates = 0  # create requests that reached us (charged or not)
         self.script = Script()

@@ -337,12 +337,18 @@ class MoneyModel(RuleBasedStateMachine):
         mishaps.take_over = lambda: self.lose_month(run)
         model.after_request = mishaps.after_request
         trip = self.trip_of(run, spill_fails=spill_fails)
+        made_before = len(model.charges)
         try:
             with mishaps_in(self.ledger.engine, mishaps):
                 return asyncio.run(go(trip))
         except Crash:
             STATS["a trip crashed"] += 1
             run.dead = True
+            # A gateway's report of its own retries came with an answer the crash may have
+            # lost before anything of it was written: those charges are beyond knowing.
+            for charge in model.charges[made_before:]:
+                if charge.by_gateway:
+                    model.gateway_unknown.add((charge.batch_id, charge.send))
             for batch in self.observer.batches(run.month, BatchStatus.RUNNING):
                 model.unknowable.add(self.send_key(batch.batch_id, batch.sends))
             return None
@@ -705,7 +711,8 @@ class MoneyModel(RuleBasedStateMachine):
             raise AssertionError(
                 f"invariant 9: {sorted(set(earlier.post_ids) & set(charge.post_ids))} paid "
                 f"again for {charge.batch_id} while {earlier.job_id}'s answer for "
-                f"{earlier.batch_id} may still be read"
+                f"{earlier.batch_id} may still be read. Charges: {model.charges}. "
+                f"{self.history(earlier.batch_id)}"
             )
 
     def readable(self, job_id: str) -> bool:
@@ -979,7 +986,11 @@ class MoneyModel(RuleBasedStateMachine):
         for row in rows:
             of_send.setdefault(self.send_key(row.batch_id, row.send), []).append(row)
         for send in set(billed) | set(of_send):
-            charges, kept = billed.get(send, []), of_send.get(send, [])
+            charges, kept = list(billed.get(send, [])), of_send.get(send, [])
+            if send in model.gateway_unknown and len(kept) < len(charges):
+                unreported = [c for c in charges if c.by_gateway][: len(charges) - len(kept)]
+                charges = [c for c in charges if c not in unreported]
+                STATS["a gateway's retries lost with a crash before they were kept"] += 1
             owed = sum(c.cost if c.usage_told else c.estimate for c in charges)
             booked = sum(r.cost if r.cost is not None else (r.estimated_cost or 0) for r in kept)
             extra = len(kept) - len(charges)
