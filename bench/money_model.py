@@ -35,16 +35,22 @@ def main() -> int:
         os.environ["POSTLEDGER_TEST_LEDGER_URL"] = args.postgres
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+    import logging
+    import traceback
+
     from hypothesis.stateful import run_state_machine_as_test
 
-    from tests.test_money_model import STATS, MoneyModel, machine_settings
+    from tests.test_money_model import LOG, STATS, MoneyModel, machine_settings
+
+    LOG.setLevel(logging.CRITICAL)  # what the trips say of each fault: thousands of lines
 
     began = time.monotonic()
     failed = False
     try:
         run_state_machine_as_test(MoneyModel, settings=machine_settings())
-    except Exception as exc:  # the shrunk example has been printed above
+    except Exception as exc:  # each failure, with its shrunk steps (the exception's notes)
         failed = True
+        traceback.print_exception(exc, file=sys.stderr)
         print(f"\nFAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
     took = time.monotonic() - began
     backend = "PostgreSQL" if args.postgres else "SQLite"

@@ -344,17 +344,22 @@ class MoneyModel(RuleBasedStateMachine):
         except Crash:
             STATS["a trip crashed"] += 1
             run.dead = True
-            # A gateway's report of its own retries came with an answer the crash may have
-            # lost before anything of it was written: those charges are beyond knowing.
-            for charge in model.charges[made_before:]:
-                if charge.by_gateway:
-                    model.gateway_unknown.add((charge.batch_id, charge.send))
             for batch in self.observer.batches(run.month, BatchStatus.RUNNING):
                 model.unknowable.add(self.send_key(batch.batch_id, batch.sends))
+            # A gateway's report of its own retries came with an answer the crash may have
+            # lost before anything of it was written: those charges are beyond knowing.
+            self.gateway_beyond_knowing(model.charges[made_before:])
             return None
         finally:
             model.script, model.ends_now, model.after_request = Script(), [], None
             self.uncertain_sends(run.month)
+            if spill_fails:  # where neither the ledger nor the spill took it, only the log has
+                self.gateway_beyond_knowing(model.charges[made_before:])
+
+    def gateway_beyond_knowing(self, charges: list[Charge]) -> None:
+        for charge in charges:
+            if charge.by_gateway:
+                self.model.gateway_unknown.add((charge.batch_id, charge.send))
 
     def uncertain_sends(self, month: str) -> None:
         """A batch left running with no task id kept is uncertain: the ledger cannot know
@@ -745,8 +750,9 @@ class MoneyModel(RuleBasedStateMachine):
         retries: Counter[str] = Counter()
         for month in MONTHS:
             for record in Spill(self.settings.spill_file(month)).records():
-                if record["kind"] == "gateway_retries":
-                    retries[record["batch_id"]] += int(record["retries"])
+                # On its own, or with the task id of the create the gateway retried.
+                if record["kind"] in ("gateway_retries", "task_id"):
+                    retries[record["batch_id"]] += int(record.get("retries") or 0)
         return retries
 
     @invariant()
@@ -868,10 +874,11 @@ class MoneyModel(RuleBasedStateMachine):
             kept_rows = [r for r in rows_of.get(send, []) if r.state is not SpendState.REFUNDED]
             # A gateway's retries are known once its report reached us, and kept unless the
             # process died before it could keep them (the send is then one it cannot know).
-            reported = send not in model.unknowable
+            reported = send not in model.unknowable and send not in model.gateway_unknown
             needed = sum(1 for c in charges if not c.by_gateway or (c.answered and reported))
             assert len(kept_rows) + spilled.get(send[0], 0) >= needed, (
-                f"invariant 6: {send} billed {len(charges)}x, {len(kept_rows)} rows kept"
+                f"invariant 6: {send} billed {len(charges)}x, {len(kept_rows)} rows kept, "
+                f"{spilled.get(send[0], 0)} spilled: {charges}. {self.history(send[0])}"
             )
         for send, rows in rows_of.items():
             paid = [r for r in rows if r.state in (SpendState.CONFIRMED, SpendState.WASTED)]
