@@ -871,6 +871,13 @@ UPSTREAM_KINDS = (
 )
 
 
+def fault_cases(kinds: tuple[str, ...], *faults: str | tuple[Any, ...]) -> list[Any]:
+    """Parameters for `@pytest.mark.parametrize(("kind", "faulty", ...), ...)`: each fault
+    plan (or tuple of a plan and the test's other values) for each of `kinds`."""
+    rows = [fault if isinstance(fault, tuple) else (fault,) for fault in faults]
+    return [pytest.param(kind, *row, id=f"{kind}-{row[0]}") for kind in kinds for row in rows]
+
+
 # The tests' calls to their simulators on loopback, through one client: each new httpx client
 # (`httpx.get` makes one per call) loads the whole CA bundle into a TLS context, ~30 ms of CPU
 # that plain HTTP never uses, and a test asks its simulator several times.

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from logging import Logger, LoggerAdapter
 from typing import Any
 
-from postledger.guards.charges import GatewayRetries
-from postledger.guards.spend import estimate
+from postledger.guards.charges import GatewayRetries, estimated_cost
 from postledger.guards.spill import SpillKind, spill_for
 from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
@@ -184,8 +183,7 @@ class Trip:
         return retried
 
     def _estimate(self, batch: BatchRecord) -> int | None:
-        price, texts = self.settings.price(), [text for _, text in batch.request or []]
-        return estimate(price, self.settings.prompt, texts) if price else None
+        return estimated_cost(batch, self.settings.price(), self.settings.prompt)
 
     def _carry_on(self, exc: LedgerUnavailable | MonthLost) -> None:
         """After a fact was spilled: a ledger that failed stops new work, and the trip goes

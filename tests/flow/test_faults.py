@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from tests.helpers import (
     start_sim,
     statuses,
 )
+from tests.helpers import fault_cases as cases
 from tests.helpers import run_flow as run
 
 pytestmark = [
@@ -49,13 +49,6 @@ SYNCHRONOUS = (CHAT, MESSAGES)  # answered at once: no task id, no idempotency k
 WITH_TASKS = (TASK_API, BATCH, MESSAGE_BATCHES)
 # Those that bill a task that failed upstream (Anthropic bills no errored request).
 BILL_FAILED_TASKS = (TASK_API,)
-
-
-def cases(kinds: tuple[str, ...], *faults: str | tuple[Any, ...]) -> list[Any]:
-    """Parameters for `@pytest.mark.parametrize(("kind", "faulty", ...), ...)`: each fault
-    plan (or tuple of a plan and the test's other values) for each of `kinds`."""
-    rows = [fault if isinstance(fault, tuple) else (fault,) for fault in faults]
-    return [pytest.param(kind, *row, id=f"{kind}-{row[0]}") for kind in kinds for row in rows]
 
 
 # --- R13: some posts invalid -----------------------------------------------------------------

@@ -35,6 +35,7 @@ from tests.helpers import (
     statuses,
     write_jsonl,
 )
+from tests.helpers import fault_cases as cases
 from tests.helpers import run_flow as run
 from tests.ledger_faults import failing_writes
 
@@ -50,10 +51,6 @@ FAST_TIMINGS = {
 }
 TASK_API, CHAT, BATCH, _MESSAGES, MESSAGE_BATCHES = UPSTREAM_KINDS
 PRICE = DEFAULT_PRICES["sim-analyst-1"]
-
-
-def cases(kinds: tuple[str, ...], *faults: str) -> list[Any]:
-    return [pytest.param(kind, fault, id=f"{kind}-{fault}") for kind in kinds for fault in faults]
 
 
 def spilled(kind: SpillKind) -> list[dict[str, Any]]:

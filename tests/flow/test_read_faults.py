@@ -13,7 +13,6 @@ post completed), and what the batches' events say.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,6 +24,7 @@ from tests.helpers import (
     assert_attempts_are_charges,
     statuses,
 )
+from tests.helpers import fault_cases as cases
 from tests.helpers import run_flow as run
 
 pytestmark = [
@@ -43,10 +43,6 @@ FAST_TIMINGS = {
 }
 TASK_API, _CHAT, BATCH, _MESSAGES, MESSAGE_BATCHES = UPSTREAM_KINDS
 POSTS = 60  # three ledger batches: on a Batch API, one job of three lines
-
-
-def cases(kinds: tuple[str, ...], *faults: str) -> list[Any]:
-    return [pytest.param(kind, fault, id=f"{kind}-{fault}") for kind in kinds for fault in faults]
 
 
 # Each fault spoils the first look(s) at each upstream id (`per_id`), or the first downloads of
