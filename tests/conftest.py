@@ -128,58 +128,63 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-k` and `-m` deselect: every case is seen
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PostgreSQL pass runs the tests whose ledger it decides (those using `ledger_url`),
-    the ones that run postledger in other processes (crashes, restarts) included; the others
-    would run exactly as in the SQLite pass."""
+    """The PostgreSQL pass runs what PostgreSQL can decide differently: every test of the ledger
+    itself (outside tests/flow/, those using `ledger_url`), and of the whole runs in tests/flow/
+    the ones marked `on_postgres`: a month, crashes and takeovers across processes, the lease,
+    ledger failures and the spill, the figures read back. The other whole runs check what the
+    flow, Prefect or the upstream does; what they write, those runs write here too."""
     _group_for_xdist(config, items)
+    _check_on_postgres_ids(items)
     if not LEDGER_ON_POSTGRES:
         return
-    keep = [
-        item
-        for item in items
-        if "ledger_url" in getattr(item, "fixturenames", ())
-        # A real `prefect server start` is started once, for the SQLite pass: what its runs
-        # write to the ledger, the same scenarios write on the embedded server here, and
-        # test_deployment runs a deployment on it with the ledger on PostgreSQL.
-        and not _on_a_real_server(item)
-        # What Prefect does with the window, its slots, task runs or artifacts does not depend
-        # on where the ledger is; what such a test writes to the ledger, others write here.
-        and item.get_closest_marker("prefect_side") is None
-    ]
-    keep = _one_case_per_kind(keep)
+    keep = [item for item in items if _runs_on_postgres(item)]
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
 
+def _runs_on_postgres(item: pytest.Item) -> bool:
+    if "ledger_url" not in getattr(item, "fixturenames", ()):
+        return False
+    if item.path.parent.name != "flow":
+        return True
+    marker = item.get_closest_marker("on_postgres")
+    if marker is None:
+        return False
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return True
+    # Of a parametrized run, the cases named in `ids` (by default its first): the others differ
+    # in the fault or the screen, which the SQLite pass covers.
+    ids = marker.kwargs.get("ids")
+    if ids is None:
+        return all(index == 0 for index in callspec.indices.values())
+    return str(callspec.id) in ids
+
+
+def _check_on_postgres_ids(items: list[pytest.Item]) -> None:
+    """A case named in `on_postgres(ids=...)` that the test does not have (a typo, a renamed
+    case) would silently leave the PostgreSQL pass without it: refused in either pass."""
+    named: dict[str, set[str]] = {}
+    found: dict[str, set[str]] = {}
+    for item in items:
+        marker = item.get_closest_marker("on_postgres")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None or "ids" not in marker.kwargs:
+            continue
+        test = item.nodeid.split("[", 1)[0]
+        named.setdefault(test, set()).update(marker.kwargs["ids"])
+        found.setdefault(test, set()).add(str(callspec.id))
+    for test, ids in named.items():
+        if missing := ids - found[test]:
+            raise pytest.UsageError(f"{test}: on_postgres names no such case: {sorted(missing)}")
+
+
 def _xdist_groups(item: pytest.Item) -> set[str]:
     return {str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args}
-
-
-def _on_a_real_server(item: pytest.Item) -> bool:
-    """The test runs on the `prefect_server` fixture (named, or in its xdist group)."""
-    named = "prefect_server" in getattr(item, "fixturenames", ())
-    return named or "prefect_server" in _xdist_groups(item)
-
-
-def _one_case_per_kind(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Of a test marked `one_case_per_kind_on_postgres`, the PostgreSQL pass runs the first
-    case for each upstream kind (its `kind` parameter, if it has one): its other cases differ in
-    the fault or the screen, not in what they write to the ledger, and every case runs on the
-    SQLite pass."""
-    seen: set[tuple[Path, str, object]] = set()
-    kept = []
-    for item in items:
-        if item.get_closest_marker("one_case_per_kind_on_postgres") is not None:
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            key = (item.path, getattr(item, "originalname", item.name), params.get("kind"))
-            if key in seen:
-                continue
-            seen.add(key)
-        kept.append(item)
-    return kept
 
 
 def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -44,7 +44,6 @@ def run_month(tmp_path: Path, n: int) -> None:
     monthly_posts(month=MONTH, posts_path=str(path))
 
 
-@pytest.mark.prefect_side  # the artifact's versions
 def test_the_failures_table_gets_a_version_only_when_it_changes(
     prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path
 ) -> None:

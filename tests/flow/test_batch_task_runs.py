@@ -18,7 +18,6 @@ MONTH = "2026-06"
 
 # The first output has one bad item (its post is retried); the second is not JSON at all (its
 # batch fails and is split into halves).
-@pytest.mark.prefect_side  # the task runs
 @pytest.mark.parametrize("faulty", ["output:bad_field#1,output:not_json#2"], indirect=True)
 def test_every_batch_is_one_task_run_named_by_its_id_whose_state_says_what_happened(
     prefect_harness: None,

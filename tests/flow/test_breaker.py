@@ -164,7 +164,6 @@ def hold_the_window_after_the_close(
 
 
 @pytest.mark.processes  # runs postledger in other processes
-@pytest.mark.prefect_side  # the window; the breaker's ledger records: the restart test
 @pytest.mark.parametrize("faulty", ["create:reset#3"], indirect=True)
 def test_one_final_transport_failure_sends_one_at_a_time_until_a_success(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path
@@ -224,9 +223,6 @@ def approve_in_another_process(ledger_url: str, *args: str) -> subprocess.Comple
 
 @pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("faulty", ["create:reset#3+4"], indirect=True)
-# A paused flow run resumed from outside it: Prefect's side. What the trip, the pause and the
-# answer write to the ledger, the restart test writes on PostgreSQL too.
-@pytest.mark.prefect_side
 @pytest.mark.parametrize("answer_with", ["postledger approve", "resume_flow_run"])
 def test_second_failure_opens_pauses_and_continue_probes_first(
     prefect_harness: None,
@@ -392,7 +388,6 @@ def slow_faulty(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 
 
 @pytest.mark.processes  # runs postledger in other processes
-@pytest.mark.prefect_side  # the window; the breaker's ledger records: the restart test
 @pytest.mark.parametrize(
     "server",
     [

@@ -59,8 +59,7 @@ def posts(folder: Path, month: str, count: int) -> str:
     return str(posts_file(path, count, ids=month + "-{:02d}", text="The app logs me out, case {}."))
 
 
-# The local server's lock, its children's lifeline, the slots a killed run left: Prefect's side.
-@pytest.mark.prefect_side
+# The local server's lock, its children's lifeline, the slots a killed run left.
 def test_a_second_embedded_run_is_refused_and_a_killed_one_blocks_nothing(
     processes: Processes, ledger_url: str
 ) -> None:

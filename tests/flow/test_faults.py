@@ -31,8 +31,6 @@ from tests.helpers import run_flow as run
 
 pytestmark = [
     pytest.mark.usefixtures("fast_retries"),
-    # Each test's cases differ in the fault, not in what the rule writes to the ledger.
-    pytest.mark.one_case_per_kind_on_postgres,
 ]
 
 # One set for every kind: each setting is read by the kinds it concerns only.
@@ -498,6 +496,7 @@ MIXED = ",".join(
 )
 
 
+@pytest.mark.on_postgres  # every rule's writes at once
 @pytest.mark.parametrize("faulty", [MIXED], indirect=True)
 def test_mixed_faults_every_post_ends_and_attempts_equal_charges(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path

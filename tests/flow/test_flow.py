@@ -16,6 +16,7 @@ from simulator.model import analyse
 from tests.helpers import SAMPLE, Sim, flow_log
 
 
+@pytest.mark.on_postgres  # a whole month
 def test_sample_month_completes_and_each_post_is_charged_once(
     prefect_harness: None, sim: Sim, ledger: Ledger
 ) -> None:
@@ -45,6 +46,7 @@ def test_sample_month_completes_and_each_post_is_charged_once(
     assert sim.stats()["max_in_flight"] <= 2
 
 
+@pytest.mark.on_postgres  # what the next run reads back
 def test_second_run_of_a_finished_month_sends_nothing(
     prefect_harness: None,
     sim: Sim,
@@ -78,6 +80,7 @@ def test_second_run_of_a_finished_month_sends_nothing(
     assert all(re.fullmatch(pattern, line) for line in endings), endings
 
 
+@pytest.mark.on_postgres  # results found by their question
 def test_a_changed_prompt_processes_the_posts_again_instead_of_reusing_results(
     prefect_harness: None,
     sim: Sim,

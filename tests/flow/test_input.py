@@ -26,7 +26,7 @@ def known_month(ledger: Ledger) -> Ledger:
 FLOW_CASES = [*BAD_FILES, "empty_file", "bad_month"]
 
 
-@pytest.mark.one_case_per_kind_on_postgres  # each bad input is refused before any write
+@pytest.mark.on_postgres  # each bad input is refused before any write
 @pytest.mark.parametrize("case", FLOW_CASES)
 def test_flow_rejects_bad_input_and_leaves_ledger_unchanged(
     prefect_harness: None, known_month: Ledger, tmp_path: Path, case: str

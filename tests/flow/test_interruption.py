@@ -108,6 +108,7 @@ def test_killed_while_waiting_for_output(tmp_path: Path, slow_sim: Sim, ledger_u
     assert_nothing_else_lost(ledger, running)
 
 
+@pytest.mark.on_postgres  # a kill between the charge and its id
 def test_killed_after_paying_before_the_task_id_came_back(
     tmp_path: Path, sim_holding_creates: Sim, ledger_url: str
 ) -> None:

@@ -28,6 +28,7 @@ FAST_TIMINGS = {"read_timeout": "1", "poll_wait": "0.2", "request_retries": "1"}
 # --- a paid task with a saved id is never abandoned -------------------------------------------
 
 
+@pytest.mark.on_postgres  # a task left running, polled next run
 @pytest.mark.parametrize(
     ("faulty", "deadline"),
     [
@@ -96,6 +97,7 @@ def test_an_ambiguous_create_is_not_resent_unless_the_upstream_is_said_to_honour
 # --- configuration errors touch nothing ----------------------------------------------------
 
 
+@pytest.mark.on_postgres  # nothing written
 def test_a_budget_with_no_price_stops_the_run_before_anything_is_marked_running(
     prefect_harness: None,
     sim: Sim,

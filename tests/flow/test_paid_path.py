@@ -58,6 +58,7 @@ def spilled(kind: SpillKind) -> list[dict[str, Any]]:
     return [r for r in Spill(Settings().spill_file(MONTH)).records() if r["kind"] == kind]
 
 
+@pytest.mark.on_postgres  # one transaction
 @pytest.mark.parametrize(
     ("kind", "faulty"),
     cases((BATCH, MESSAGE_BATCHES), "create:gateway_retries#1;retries=2"),
@@ -94,6 +95,7 @@ def test_the_jobs_id_and_the_gateways_retries_are_kept_together(
     assert rows == {b.batch_id: 3 for b in batches}  # each on the books: a send, two retries
 
 
+@pytest.mark.on_postgres  # the ledger failing
 @pytest.mark.parametrize(
     ("kind", "faulty"), cases((BATCH, MESSAGE_BATCHES), "poll:http_502#1"), indirect=["faulty"]
 )
@@ -124,6 +126,7 @@ def test_a_ledger_failure_in_a_submission_stops_new_work(
     assert second.status is BatchStatus.QUEUED
 
 
+@pytest.mark.on_postgres  # the spill imported
 @pytest.mark.parametrize(("kind", "faulty"), cases((TASK_API,), "poll:auth#1"), indirect=["faulty"])
 def test_a_task_id_only_in_the_spill_then_a_refused_poll_is_never_paid_again(
     prefect_harness: None, faulty: Sim, ledger: Ledger, ledger_url: str, tmp_path: Path

@@ -60,6 +60,7 @@ def artifact(key: str) -> Any:
     return found.data
 
 
+@pytest.mark.on_postgres  # the figures read back
 @pytest.mark.parametrize("faulty", [MIXED], indirect=True)
 def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     prefect_harness: None,
@@ -138,6 +139,7 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
 
 # The OpenAI Batch API too: one upstream job carries the month's three batches, one request
 # line each, so the prompt is counted (and paid) once per batch, as the simulator charges it.
+@pytest.mark.on_postgres  # the spend booked and summed
 @pytest.mark.parametrize("kind", ["task_api", "openai_batch"])
 def test_spend_equals_the_simulators_usage(
     prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, kind: str
@@ -158,6 +160,7 @@ def test_spend_equals_the_simulators_usage(
     assert all((r.estimated_cost or 0) >= (r.cost or 0) for r in rows)
 
 
+@pytest.mark.on_postgres  # a reader beside a writer
 @pytest.mark.processes  # runs postledger in other processes
 def test_status_looks_while_a_run_goes_on_in_another_process(
     monkeypatch: pytest.MonkeyPatch, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -212,6 +215,7 @@ def wait_for_question(ledger: Ledger) -> Any:
     raise AssertionError("the run did not pause for the budget")
 
 
+@pytest.mark.on_postgres  # the budget read from the ledger
 @pytest.mark.parametrize("answer", [Answer.CONTINUE, Answer.STOP])
 def test_a_budget_pauses_the_run_before_it_is_crossed(
     prefect_harness: None,

@@ -29,8 +29,6 @@ from tests.helpers import run_flow as run
 
 pytestmark = [
     pytest.mark.usefixtures("fast_retries"),
-    # The cases differ in the fault, not in what the rules write to the ledger.
-    pytest.mark.one_case_per_kind_on_postgres,
 ]
 
 # A run that would pause for a person (it should never have to here) ends soon instead.
@@ -70,6 +68,8 @@ READ_FAULTS = (
 )
 
 
+# A Batch job left running with its id, its results read again: on PostgreSQL too.
+@pytest.mark.on_postgres(ids=["openai_batch-results:cut_file#1"])
 @pytest.mark.parametrize(("kind", "faulty"), READ_FAULTS, indirect=["faulty"])
 def test_a_paid_answer_we_could_not_read_is_read_again_and_never_paid_twice(
     prefect_harness: None, faulty: Sim, ledger: Ledger, tmp_path: Path, kind: str

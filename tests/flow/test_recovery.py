@@ -57,6 +57,11 @@ def charged_posts(sim: Sim) -> Counter[str]:
 RESTARTED_BY_HAND = CrashPoint.AFTER_CREATE
 
 
+# A crash across processes at each point, on PostgreSQL too; after_create there leaves the
+# records after_running does, and its two runs each start an embedded Prefect server (~25 s).
+@pytest.mark.on_postgres(
+    ids=["after_running", "after_task_id", "after_output", "during_validation", "after_completed"]
+)
 @pytest.mark.parametrize("point", list(CrashPoint))
 def test_a_crash_at_each_point_is_finished_by_the_next_run(
     point: CrashPoint, sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -178,7 +183,8 @@ def kind_sim(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[Sim]:
     yield from start_sim(monkeypatch, kind, latency=0.4)
 
 
-@pytest.mark.one_case_per_kind_on_postgres
+# The two with a job saved: what the next run reads back of a submission.
+@pytest.mark.on_postgres(ids=["openai_batch-after_task_id", "anthropic_batch-after_task_id"])
 @pytest.mark.parametrize(
     ("kind", "point"),
     # The output saved, not yet checked: the next run checks it, no call made for it again.
@@ -240,6 +246,7 @@ def test_a_message_batch_made_but_never_written_down_is_sent_again_only_after_a_
 # --- a crash on a shared Prefect server ------------------------------------------------------
 
 
+@pytest.mark.on_postgres  # the month taken over
 @pytest.mark.processes  # runs postledger in another process
 def test_the_run_that_takes_over_a_crashed_runs_month_frees_its_slot_at_once(
     prefect_harness: None,

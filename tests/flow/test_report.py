@@ -96,6 +96,7 @@ def table_rows(lines: list[str]) -> dict[str, int]:
 
 # The first output has one bad item (that post is sent again: paid twice); the second is not
 # JSON at all (its batch is paid for nothing: wasted).
+@pytest.mark.on_postgres  # the report's queries
 @pytest.mark.parametrize("faulty", ["output:bad_field#1,output:not_json#2"], indirect=True)
 def test_report_round_trips_a_month(
     prefect_harness: None,

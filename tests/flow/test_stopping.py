@@ -109,8 +109,6 @@ def two_batches_held_in_flight(run: Run, sim: Sim) -> subprocess.Popen[bytes]:
     return first
 
 
-# Its cases write alike to the ledger: the PostgreSQL pass runs the first.
-@pytest.mark.one_case_per_kind_on_postgres
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stop_lets_the_batches_in_flight_finish_and_the_next_run_goes_on(
     run: Run, sim: Sim, sig: signal.Signals
@@ -139,9 +137,6 @@ def test_a_stop_lets_the_batches_in_flight_finish_and_the_next_run_goes_on(
     assert_the_next_run_finishes_paying_each_batch_once(run, sim)
 
 
-# Its ledger writes (batches left `running`, then polled) are those of tests/flow/
-# test_interruption.py and the recovery tests, which the PostgreSQL pass runs.
-@pytest.mark.prefect_side
 def test_a_second_ctrl_c_stops_at_once_and_the_next_run_polls_what_was_in_flight(
     run: Run, sim: Sim
 ) -> None:
@@ -161,7 +156,6 @@ def test_a_second_ctrl_c_stops_at_once_and_the_next_run_polls_what_was_in_flight
     assert_the_next_run_finishes_paying_each_batch_once(run, sim, "--poll")
 
 
-@pytest.mark.prefect_side  # as the test above
 def test_a_run_whose_server_dies_ends_at_once_and_the_next_run_goes_on(run: Run, sim: Sim) -> None:
     """The local Prefect server killed under the run (as the OOM killer would): the run cannot
     go on nor report its end without it; it says so and ends, its batches in flight left to

@@ -48,6 +48,7 @@ def submissions(ledger: Ledger) -> list[SubmissionRecord]:
         return list(session.exec(query))
 
 
+@pytest.mark.on_postgres  # a job and its batches
 @pytest.mark.parametrize("kind", BATCH_KINDS)
 def test_a_month_goes_in_one_job_whose_lines_settle_each_batch(
     prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, kind: str
@@ -89,7 +90,6 @@ def instruction_tokens(kind: str) -> int:
     return count_tokens(prompt)
 
 
-@pytest.mark.one_case_per_kind_on_postgres  # the rules' ledger writes are tested on both
 @pytest.mark.parametrize("kind", ["openai_batch"])
 @pytest.mark.parametrize(
     ("faulty", "rule"),
@@ -195,6 +195,7 @@ def crash_after_the_create(
     return ledger, orphan
 
 
+@pytest.mark.on_postgres  # a job adopted by the next run
 @pytest.mark.processes  # runs postledger in other processes
 @pytest.mark.parametrize("kind", ["openai_batch"])
 def test_a_job_never_written_down_is_found_by_its_metadata_and_adopted_with_no_new_charge(
