@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from postledger.progress.report import MICRO, MonthTable, csv_cell
+from postledger.progress.month_table import MICRO, MonthTable, csv_cell
 
 INT64 = (-(2**63), 2**63 - 1)
 INSTALL = "`uv sync --extra parquet` (or `pip install 'postledger[parquet]'`)"

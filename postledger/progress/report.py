@@ -9,41 +9,26 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from postledger.guards.spend import money
+from postledger.progress.month_table import (
+    COST,
+    INPUT_PREFIX,
+    MICRO,
+    OUTCOME,
+    RESULT_FIELDS,
+    TAKEN,
+    WASTED,
+    MonthTable,
+    csv_cell,
+)
 from postledger.progress.shares import month_shares
 from postledger.progress.words import SIMULATED_SPEND
 from postledger.record import rows as ledger_rows
 from postledger.record.kinds import PostStatus
 from postledger.record.plain import Reader
-
-RESULT_FIELDS = ("category", "sentiment", "summary")
-OUTCOME = ("status", *RESULT_FIELDS, "failure_kind", "failure_reason", "attempts")
-# Money is shown in the currency the price table (POSTLEDGER_PRICES) is in: the ledger knows
-# amounts, not which currency they are, so the header says "currency units", not "usd".
-UNIT = "currency_units"
-COST, WASTED = f"cost_{UNIT}", f"wasted_{UNIT}"
-# JSONL and Parquet also give the amounts as integer micro-units, exact for any tool.
-MICRO = {COST: "cost_micro_units", WASTED: "wasted_micro_units"}
-TAKEN = {"id", "text", *OUTCOME, COST, WASTED, *MICRO.values()}
-INPUT_PREFIX = "input_"
-
-
-@dataclass(frozen=True)
-class MonthTable:
-    """One row per post, in file order. `columns` in the order written; `inputs` maps the
-    columns that hold the input's own fields to the field's name in the input. Money columns
-    hold integer micro-units; each writer shows them in its own way."""
-
-    columns: list[str]
-    inputs: dict[str, str]
-    rows: list[dict[str, Any]]
-
-    def total(self, column: str) -> int:
-        return sum(row[column] for row in self.rows)
 
 
 def post_rows(reader: Reader, month: str, *, text: bool = False) -> MonthTable:
@@ -108,18 +93,6 @@ def input_columns(given: list[dict[str, Any]]) -> dict[str, str]:
                 column = INPUT_PREFIX + column
             columns[column] = name
     return columns
-
-
-def csv_cell(column: str, value: Any) -> str:
-    """A value as the CSV shows it: money in currency units, exactly; text as it is; other
-    values (numbers, true/false, lists, objects) as JSON; nothing as an empty cell."""
-    if column in MICRO:
-        return money(value)
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
 
 
 def json_row(table: MonthTable, row: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 from postledger.batches.posts import Post
 from postledger.guards.spend import money
 from postledger.ledger import Ledger
-from postledger.progress.report import COST, MICRO, WASTED
+from postledger.progress.month_table import COST, MICRO, WASTED
 from postledger.record.models import PostStatus
 from tests.helpers import Sim, postledger, write_jsonl
 

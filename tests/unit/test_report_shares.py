@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from postledger.batches.posts import input_fields
-from postledger.progress.report import COST, WASTED, csv_cell, input_columns
+from postledger.progress.month_table import COST, WASTED, csv_cell
+from postledger.progress.report import input_columns
 from postledger.progress.shares import largest_remainder, month_shares
 from postledger.record.models import BatchRecord, SpendRecord, SpendState
 

@@ -1,0 +1,47 @@
+"""The report's table of a month, one row per post, and how a cell of it is written: what the
+report's writers (JSONL and CSV in `report.py`, Parquet in `parquet.py`) share."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from postledger.guards.spend import money
+
+RESULT_FIELDS = ("category", "sentiment", "summary")
+OUTCOME = ("status", *RESULT_FIELDS, "failure_kind", "failure_reason", "attempts")
+# Money is shown in the currency the price table (POSTLEDGER_PRICES) is in: the ledger knows
+# amounts, not which currency they are, so the header says "currency units", not "usd".
+UNIT = "currency_units"
+COST, WASTED = f"cost_{UNIT}", f"wasted_{UNIT}"
+# JSONL and Parquet also give the amounts as integer micro-units, exact for any tool.
+MICRO = {COST: "cost_micro_units", WASTED: "wasted_micro_units"}
+TAKEN = {"id", "text", *OUTCOME, COST, WASTED, *MICRO.values()}
+INPUT_PREFIX = "input_"
+
+
+@dataclass(frozen=True)
+class MonthTable:
+    """One row per post, in file order. `columns` in the order written; `inputs` maps the
+    columns that hold the input's own fields to the field's name in the input. Money columns
+    hold integer micro-units; each writer shows them in its own way."""
+
+    columns: list[str]
+    inputs: dict[str, str]
+    rows: list[dict[str, Any]]
+
+    def total(self, column: str) -> int:
+        return sum(row[column] for row in self.rows)
+
+
+def csv_cell(column: str, value: Any) -> str:
+    """A value as the CSV shows it: money in currency units, exactly; text as it is; other
+    values (numbers, true/false, lists, objects) as JSON; nothing as an empty cell."""
+    if column in MICRO:
+        return money(value)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
