@@ -126,7 +126,8 @@ def status(
     from postledger.progress.status import status
     from postledger.progress.tables import failed_posts_table, failures_table, status_table
     from postledger.record.figures import FailedPost, failed_posts
-    from postledger.record.plain import database_url_from_environment, ledger_url
+    from postledger.record.plain import database_url_from_environment
+    from postledger.settings import ledger_url
 
     month = _month(month)
     url = ledger_url(database_url_from_environment(), create_folder=False)
@@ -212,7 +213,8 @@ def report(
     from postledger.progress.parquet import MissingPyarrow
     from postledger.progress.report import write_report
     from postledger.progress.status import status
-    from postledger.record.plain import database_url_from_environment, ledger_url
+    from postledger.record.plain import database_url_from_environment
+    from postledger.settings import ledger_url
 
     month = _month(month)
     url = ledger_url(database_url_from_environment(), create_folder=False)

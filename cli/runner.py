@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from postledger.batches.posts import InputError, default_posts_path, load_posts
-from postledger.progress.words import BUNDLED_SIMULATOR
-from postledger.settings import Settings
+from postledger.settings import BUNDLED_SIMULATOR, Settings
 from simulator.child import starting_simulator
 
 

@@ -16,11 +16,12 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from postledger.batches import planning, sending, submissions
+from postledger.batches import planning, recovered, sending, submissions
 from postledger.batches.intake import SyncReport, sync_posts
 from postledger.batches.output import OutputCheck
 from postledger.batches.planning import PlanReport
 from postledger.batches.posts import Post
+from postledger.failures.carry_out import carry_out
 from postledger.failures.policy import Decision
 from postledger.guards.approvals import Approvals
 from postledger.guards.breaker_state import apply_signal, check_may_start
@@ -29,10 +30,9 @@ from postledger.guards.charges import (
     book_send,
     settle,
 )
-from postledger.guards.spend import Price, unpriced_budget
+from postledger.guards.spend import unpriced_budget
 from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine
-from postledger.record.decisions import carry_out
 from postledger.record.migrate import check_current, current_revision
 from postledger.record.models import (
     BatchRecord,
@@ -46,7 +46,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads
 from postledger.record.states import Transitions
-from postledger.recovery import records as recovery
+from postledger.settings import Price
 
 __all__ = ["Ledger", "PlanReport", "SyncReport", "open_ledger"]
 
@@ -317,7 +317,7 @@ class Ledger(LedgerReads):
         taken = 0
         for record in records:
             with self._write(month_of(record["batch_id"])) as (session, moves):
-                taken += recovery.take_spilled(session, moves, record, price)
+                taken += recovered.take_spilled(session, moves, record, price)
         return taken
 
     def resend_later(
@@ -333,13 +333,13 @@ class Ledger(LedgerReads):
         had every paid attempt it may have gets one more: the person said yes to this one."""
         with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
-            recovery.resend_later(session, moves, batch, why, max_attempts)
+            recovered.resend_later(session, moves, batch, why, max_attempts)
 
     def close_emptied(self, month: str) -> list[str]:
         """Batches sent before whose posts all changed since (R25): nothing of them is reused
         and nothing is sent again under their key. Returns their ids."""
         with self._write(month) as (session, moves):
-            return recovery.close_emptied(session, moves, month)
+            return recovered.close_emptied(session, moves, month)
 
     def release_due(self, month: str, now: datetime | None = None) -> int:
         """Posts whose wait is over go back to `pending`, to be planned again (R11)."""

@@ -10,18 +10,74 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from postledger.failures.policy import Limits
-from postledger.guards.spend import DEFAULT_PRICES, Price
-from postledger.guards.spill import month_file
-from postledger.progress.words import BUNDLED_SIMULATOR
-from postledger.record.plain import ledger_url, sqlite_file
+# The name `postledger run` gives its bundled simulator, whatever its port: its breaker
+# persists across runs (R18), and its spend is said to be simulated.
+BUNDLED_SIMULATOR = "simulator"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_attempts: int = 3  # paid submissions per post (R15)
+    max_requeues: int = 5  # unpaid bounces per post (rate limits, never-delivered requests)
+    default_wait: float = 30.0  # seconds, when a rate limit gives no usable Retry-After
+    max_wait: float = 600.0  # seconds, the longest wait a Retry-After may impose
+
+
+class Price(BaseModel):
+    """One model's price per million tokens, in micro-units."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: int = Field(ge=0)
+    output: int = Field(ge=0)
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    # The simulator's model: priced like a small hosted model, so the numbers mean something.
+    "sim-analyst-1": Price(input=150_000, output=600_000),
+}
+
+
+def ledger_url(database_url: str | None, *, create_folder: bool = True) -> str:
+    """The ledger's URL: `database_url`, or SQLite at ./.postledger/ledger.db."""
+    if database_url:
+        return database_url
+    folder = Path.cwd() / ".postledger"
+    if create_folder:
+        folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'ledger.db'}"
+
+
+def backend_of(url: str) -> str:
+    """The database a SQLAlchemy URL names: `sqlite`, `postgresql`, … (its driver left off)."""
+    return url.partition("://")[0].split("+", 1)[0]
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL, decoded as SQLAlchemy decodes it; None for an in-memory
+    SQLite database or another kind of database."""
+    if backend_of(url) != "sqlite":
+        return None
+    database = unquote(url.partition("://")[2].split("?", 1)[0][1:])
+    return database if database and database != ":memory:" else None
+
+
+def month_file(base: Path, month: str) -> Path:
+    """The spill file of `month` for a configured location: a folder, or a file name whose
+    month's sibling is used (`ledger.db.spill.jsonl` -> `ledger.db.spill-2026-10.jsonl`)."""
+    if base.is_dir():
+        return base / f"spill-{month}.jsonl"
+    stem = base.name.removesuffix(".jsonl")
+    return base.with_name(f"{stem}-{month}.jsonl")
+
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "

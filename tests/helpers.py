@@ -1217,7 +1217,8 @@ def settle_next_batch(ledger: Any, month: str = MONTH, usage: dict[str, int] | N
     task id, saved output, validated and applied), with the simulator's model writing a valid
     output and no upstream called: its posts end `completed`. Returns the posts it sent."""
     from postledger.batches.output import check_output
-    from postledger.failures.policy import Limits, after_output
+    from postledger.failures.policy import after_output
+    from postledger.settings import Limits
     from simulator.model import write_output
 
     (batch_id,) = ledger.next_to_start(month, 1, set())

@@ -12,10 +12,11 @@ from sqlalchemy import event
 
 from postledger.batches.output import check_output
 from postledger.batches.posts import Post
-from postledger.failures.policy import Limits, after_output
+from postledger.failures.policy import after_output
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, FailureKind, PostStatus
 from postledger.record.states import IllegalTransition
+from postledger.settings import Limits
 from simulator.model import write_output
 
 MONTH = "2026-10"

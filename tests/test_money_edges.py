@@ -16,9 +16,8 @@ from sqlmodel import Session
 
 from postledger.batches.output import check_output
 from postledger.batches.posts import Post
-from postledger.failures.policy import Failure, Limits, Reach, after_failure, after_output
+from postledger.failures.policy import Failure, Reach, after_failure, after_output
 from postledger.guards.breaker import BreakerHeld, Signal
-from postledger.guards.spend import DEFAULT_PRICES
 from postledger.guards.spill import Spill, SpillFailed, SpillKind
 from postledger.ledger import Ledger
 from postledger.preflight import problems_of
@@ -34,7 +33,7 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.month_lease import MonthBusy, MonthLeases, MonthLost
-from postledger.settings import Settings
+from postledger.settings import DEFAULT_PRICES, Limits, Settings
 from simulator.model import write_output
 
 MONTH, OTHER = "2026-10", "2026-11"

@@ -54,7 +54,7 @@ from sqlmodel import Session, select
 
 from postledger.batches.posts import Post
 from postledger.guards.charges import spend_summary
-from postledger.guards.spend import Price, estimate
+from postledger.guards.spend import estimate
 from postledger.guards.spill import Spill
 from postledger.ledger import Ledger
 from postledger.record.models import (
@@ -77,7 +77,7 @@ from postledger.record.models import (
 )
 from postledger.recovery.interrupted import adopt_orphans, finish_saved_outputs, import_spill
 from postledger.recovery.steps import RecoveryAction, recovery_plan
-from postledger.settings import Settings, UpstreamKind
+from postledger.settings import Price, Settings, UpstreamKind
 from postledger.trip import (
     BatchOutcome,
     HeldByBreaker,

@@ -17,13 +17,13 @@ from sqlmodel import Session, select
 
 from postledger.batches.posts import Post
 from postledger.guards.breaker import Signal
-from postledger.guards.spend import Price
 from postledger.ledger import Ledger
 from postledger.progress.status import breaker_report
 from postledger.record import rows
 from postledger.record.models import ApprovalRecord, BatchStatus, BreakerLevel, BreakerRecord
-from postledger.record.plain import read_only, sqlite_file
+from postledger.record.plain import read_only
 from postledger.recovery.steps import RecoveryAction, plan_recovery
+from postledger.settings import Price, sqlite_file
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)

@@ -13,10 +13,10 @@ import pytest
 
 import postledger.settings as settings_module
 from postledger.batches.posts import Post
-from postledger.guards.spend import Price, estimate
+from postledger.guards.spend import estimate
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus
-from postledger.settings import Settings, UpstreamKind
+from postledger.settings import Price, Settings, UpstreamKind
 from postledger.trip import OverBudget, Trip
 from postledger.trip.marking import mark_for_job
 from postledger.upstreams import facts_of

@@ -8,7 +8,6 @@ from typing import Any
 from sqlmodel import Session
 
 from postledger.guards.charges import settle
-from postledger.guards.spend import Price
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -19,6 +18,7 @@ from postledger.record.models import (
 )
 from postledger.record.reads import LedgerError, posts_in
 from postledger.record.states import Transitions
+from postledger.settings import Price
 
 
 def start(

@@ -65,6 +65,6 @@ def carry_out(
         )
     if decision.nothing_charged and batch.sends <= 1:
         batch.charge = Charge.NONE  # no earlier send of it may have been charged either
-    account(session, batch, decision)
+    account(session, batch, nothing_charged=decision.nothing_charged, kind=decision.kind)
     moves.batch(batch, decision.batch_to, decision.why, failure=decision.kind)
     batch.not_before = decision.batch_not_before

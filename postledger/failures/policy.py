@@ -16,6 +16,7 @@ from postledger.batches.output import OutputCheck
 from postledger.failures.hints import CONTINUE_HINTS
 from postledger.guards.breaker import Signal
 from postledger.record.kinds import BatchStatus, FailureKind, PostStatus
+from postledger.settings import Limits
 
 if TYPE_CHECKING:
     from postledger.record.models import BatchRecord, PostRecord
@@ -26,14 +27,6 @@ class Reach(StrEnum):
 
     NEVER = "never"  # no connection was made, or the upstream refused the request
     MAYBE = "maybe"  # sent, and no usable answer came back
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_attempts: int = 3  # paid submissions per post (R15)
-    max_requeues: int = 5  # unpaid bounces per post (rate limits, never-delivered requests)
-    default_wait: float = 30.0  # seconds, when a rate limit gives no usable Retry-After
-    max_wait: float = 600.0  # seconds, the longest wait a Retry-After may impose
 
 
 @dataclass(frozen=True)

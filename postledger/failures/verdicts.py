@@ -14,15 +14,10 @@ from typing import TYPE_CHECKING
 
 from postledger.failures.classify import classify
 from postledger.failures.hints import CONTINUE_HINTS
-from postledger.failures.policy import (
-    STOPPING,
-    Decision,
-    Limits,
-    PostMove,
-    retry_or_fail,
-)
+from postledger.failures.policy import STOPPING, Decision, PostMove, retry_or_fail
 from postledger.guards.breaker import Signal
 from postledger.record.kinds import BatchStatus, FailureKind, PostStatus
+from postledger.settings import Limits
 from postledger.upstreams.calls import NoVerdict, Unknown, UpstreamFailed
 from postledger.upstreams.errors import EndpointNotFound
 

@@ -11,16 +11,8 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from postledger.failures.policy import Decision
-from postledger.guards.spend import (
-    Price,
-    SpendGroup,
-    cost_of,
-    estimate,
-    money,
-    summed,
-    usage_tokens,
-)
+from postledger.guards.spend import cost_of, estimate, money, usage_tokens
+from postledger.record.figures import SpendGroup, summed
 from postledger.record.models import (
     Answer,
     ApprovalRecord,
@@ -34,6 +26,7 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.states import Transitions
+from postledger.settings import Price
 
 # Outcomes after which a charge bought nothing usable: the whole output was unusable, or the
 # task that was made (and paid) failed or was lost upstream.
@@ -176,15 +169,18 @@ def settle(
     session.add(row)
 
 
-def account(session: Session, batch: BatchRecord, decision: Decision) -> None:
-    """What a decision says about the batch's charges: given back, or paid for nothing."""
+def account(
+    session: Session, batch: BatchRecord, *, nothing_charged: bool, kind: FailureKind | None
+) -> None:
+    """What a decision says about the batch's charges: given back (`nothing_charged`), or paid
+    for nothing (a failure of a wasting `kind`)."""
     rows = list(session.exec(select(SpendRecord).where(SpendRecord.batch_id == batch.batch_id)))
-    if decision.nothing_charged:
+    if nothing_charged:
         latest = max(rows, key=lambda r: r.send, default=None)
         if latest is not None and latest.state is SpendState.POSSIBLE:
             latest.state, latest.updated_at = SpendState.REFUNDED, utcnow()
             session.add(latest)
-    elif decision.kind in WASTING:
+    elif kind in WASTING:
         for row in rows:
             paid = row.state is SpendState.CONFIRMED or (
                 row.state is SpendState.POSSIBLE and batch.upstream_task_id is not None

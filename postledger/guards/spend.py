@@ -8,13 +8,10 @@ per million tokens, in micro-units: `{"input": 150000, "output": 600000}` is $0.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from postledger.record.kinds import SpendState
+from postledger.settings import Price
 
 # ~4 characters per token in English; fewer in other scripts, so this errs on the low side
 # for them: the estimate guards the budget, the upstream's usage settles the cost.
@@ -22,21 +19,6 @@ CHARS_PER_TOKEN = 4
 # What one post's analysis (id, category, sentiment, one sentence) takes, in output tokens.
 OUTPUT_TOKENS_PER_POST = 60
 PER_MILLION = 1_000_000
-
-
-class Price(BaseModel):
-    """One model's price per million tokens, in micro-units."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: int = Field(ge=0)
-    output: int = Field(ge=0)
-
-
-DEFAULT_PRICES: dict[str, Price] = {
-    # The simulator's model: priced like a small hosted model, so the numbers mean something.
-    "sim-analyst-1": Price(input=150_000, output=600_000),
-}
 
 
 def tokens_of(text_chars: int) -> int:
@@ -85,35 +67,3 @@ def unpriced_budget(model: str) -> str:
         f"tokens in micro-units, e.g. POSTLEDGER_PRICES='{example}' ($0.15 / $0.60), or unset "
         "POSTLEDGER_MAX_COST"
     )
-
-
-@dataclass(frozen=True)
-class SpendGroup:
-    """Spend rows of one state, added up: by the database (`LedgerReads.spend_totals`) or
-    one row at a time (`spend_summary`)."""
-
-    state: SpendState
-    amount: int  # the settled costs, and the estimates where no cost is known
-    estimated: int
-    rows: int
-    input_tokens: int
-    output_tokens: int
-
-
-def summed(groups: Iterable[SpendGroup]) -> dict[str, int]:
-    """Totals of a month's charges, in micro-units and tokens. `possible` is an estimate:
-    charges that may or may not have happened."""
-    summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
-    summary |= {"submissions": 0, "refunded_submissions": 0}  # counts
-    summary |= {"input_tokens": 0, "output_tokens": 0}
-    for group in groups:
-        summary["submissions"] += group.rows
-        summary["input_tokens"] += group.input_tokens
-        summary["output_tokens"] += group.output_tokens
-        if group.state is SpendState.POSSIBLE:
-            summary["possible"] += group.estimated
-        elif group.state is SpendState.REFUNDED:
-            summary["refunded_submissions"] += group.rows
-        else:
-            summary[group.state.value] += group.amount
-    return summary

@@ -93,15 +93,6 @@ class _Damaged:
 _guard = threading.Lock()
 
 
-def month_file(base: Path, month: str) -> Path:
-    """The spill file of `month` for a configured location: a folder, or a file name whose
-    month's sibling is used (`ledger.db.spill.jsonl` -> `ledger.db.spill-2026-10.jsonl`)."""
-    if base.is_dir():
-        return base / f"spill-{month}.jsonl"
-    stem = base.name.removesuffix(".jsonl")
-    return base.with_name(f"{stem}-{month}.jsonl")
-
-
 def spill_for(settings: SpillLocation, batch_id: str) -> Spill:
     """The spill file of the batch's month."""
     return Spill(settings.spill_file(month_of(batch_id)))

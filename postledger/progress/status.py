@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from postledger.failures.hints import CONTINUE_HINTS
 from postledger.guards.breaker import advice
 from postledger.guards.spend import money
-from postledger.progress.words import BUNDLED_SIMULATOR
 from postledger.record import figures, rows
 from postledger.record.kinds import Answer, BatchStatus, BreakerLevel, PostStatus, Question, utcnow
-from postledger.record.plain import Reader, backend_of, sqlite_file
+from postledger.record.plain import Reader
+from postledger.settings import BUNDLED_SIMULATOR, backend_of, sqlite_file
 
 if TYPE_CHECKING:
     from postledger.ledger import Ledger

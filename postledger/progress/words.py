@@ -7,9 +7,6 @@ from collections.abc import Mapping
 
 from postledger.guards.spend import money
 
-# The name `postledger run` gives its bundled simulator, whatever its port: its breaker
-# persists across runs (R18), and its spend is said to be simulated.
-BUNDLED_SIMULATOR = "simulator"
 SIMULATED_SPEND = "simulated: the bundled simulator, nothing paid"
 SIMULATED = f" ({SIMULATED_SPEND})"
 

@@ -7,10 +7,10 @@ posts and 4 000 batches). The enums are stored by name, as the ORM stores them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from postledger.guards.spend import SpendGroup, summed
 from postledger.record.kinds import (
     RETRIED,
     Answer,
@@ -21,6 +21,38 @@ from postledger.record.kinds import (
     SpendState,
 )
 from postledger.record.plain import Reader, stamped
+
+
+@dataclass(frozen=True)
+class SpendGroup:
+    """Spend rows of one state, added up: by the database (`LedgerReads.spend_totals`) or
+    one row at a time (`spend_summary`)."""
+
+    state: SpendState
+    amount: int  # the settled costs, and the estimates where no cost is known
+    estimated: int
+    rows: int
+    input_tokens: int
+    output_tokens: int
+
+
+def summed(groups: Iterable[SpendGroup]) -> dict[str, int]:
+    """Totals of a month's charges, in micro-units and tokens. `possible` is an estimate:
+    charges that may or may not have happened."""
+    summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
+    summary |= {"submissions": 0, "refunded_submissions": 0}  # counts
+    summary |= {"input_tokens": 0, "output_tokens": 0}
+    for group in groups:
+        summary["submissions"] += group.rows
+        summary["input_tokens"] += group.input_tokens
+        summary["output_tokens"] += group.output_tokens
+        if group.state is SpendState.POSSIBLE:
+            summary["possible"] += group.estimated
+        elif group.state is SpendState.REFUNDED:
+            summary["refunded_submissions"] += group.rows
+        else:
+            summary[group.state.value] += group.amount
+    return summary
 
 
 @dataclass(frozen=True)

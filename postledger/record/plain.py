@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from postledger.record.migrate import SchemaMismatch, mismatch
+from postledger.settings import backend_of, sqlite_file
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -31,30 +32,6 @@ def database_url_from_environment() -> str | None:
     """POSTLEDGER_DATABASE_URL as the settings read it (the name in any case; empty is unset)."""
     wanted = DATABASE_URL_VARIABLE.lower()
     return next((v for k, v in os.environ.items() if k.lower() == wanted), None) or None
-
-
-def ledger_url(database_url: str | None, *, create_folder: bool = True) -> str:
-    """The ledger's URL: `database_url`, or SQLite at ./.postledger/ledger.db."""
-    if database_url:
-        return database_url
-    folder = Path.cwd() / ".postledger"
-    if create_folder:
-        folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'ledger.db'}"
-
-
-def backend_of(url: str) -> str:
-    """The database a SQLAlchemy URL names: `sqlite`, `postgresql`, … (its driver left off)."""
-    return url.partition("://")[0].split("+", 1)[0]
-
-
-def sqlite_file(url: str) -> str | None:
-    """The file of a SQLite URL, decoded as SQLAlchemy decodes it; None for an in-memory
-    SQLite database or another kind of database."""
-    if backend_of(url) != "sqlite":
-        return None
-    database = unquote(url.partition("://")[2].split("?", 1)[0][1:])
-    return database if database and database != ":memory:" else None
 
 
 def unusable(reason: str) -> str:

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from postledger.guards.spend import DEFAULT_PRICES, cost_of, estimate
+from postledger.guards.spend import cost_of, estimate
 from postledger.guards.spill import Spill, SpillKind
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, Charge, FailureKind, SpendState
-from postledger.settings import Settings
+from postledger.settings import DEFAULT_PRICES, Settings
 from tests.helpers import (
     MONTH,
     UPSTREAM_KINDS,

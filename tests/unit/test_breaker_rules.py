@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from postledger.batches.output import OutputCheck
-from postledger.failures.policy import Failure, Limits, Reach, after_failure, after_output
+from postledger.failures.policy import Failure, Reach, after_failure, after_output
 from postledger.guards.breaker import Signal, advice, level_after, window
 from postledger.record.models import (
     BatchRecord,
@@ -26,7 +26,7 @@ from postledger.record.models import (
     PostRecord,
     PostStatus,
 )
-from postledger.settings import Settings
+from postledger.settings import Limits, Settings
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.

@@ -22,9 +22,7 @@ from pydantic import ValidationError
 from postledger.guards.charges import WASTING, spend_summary
 from postledger.guards.spend import (
     CHARS_PER_TOKEN,
-    DEFAULT_PRICES,
     OUTPUT_TOKENS_PER_POST,
-    Price,
     cost_of,
     estimate,
     money,
@@ -33,6 +31,7 @@ from postledger.guards.spend import (
     usage_tokens,
 )
 from postledger.record.models import FailureKind, SpendRecord, SpendState
+from postledger.settings import DEFAULT_PRICES, Price
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.

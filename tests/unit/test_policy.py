@@ -26,7 +26,6 @@ from postledger.failures.policy import (
     STOPPING,
     Decision,
     Failure,
-    Limits,
     Reach,
     after_failure,
     after_output,
@@ -42,6 +41,7 @@ from postledger.record.models import (
     PostRecord,
     PostStatus,
 )
+from postledger.settings import Limits
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.
@@ -277,7 +277,7 @@ def test_an_idempotent_resend_of_a_post_that_bounced_too_often_is_left_uncertain
 def test_a_never_sent_resend_of_a_non_idempotent_batch_gives_back_its_own_send() -> None:
     """Without honoured keys each send is its own attempt and its own possible charge: a
     resend (a person said yes) that never reached the upstream cost nothing, and is given back
-    as a first send is; the first send's possible charge stays (`record/decisions.py`)."""
+    as a first send is; the first send's possible charge stays (`failures/carry_out.py`)."""
     decision = fail(posts(2), Failure(FailureKind.TRANSPORT, "no connection", Reach.NEVER), sends=2)
     assert decision.batch_to is BatchStatus.FAILED and decision.nothing_charged
     assert all(m.to is PostStatus.PENDING and m.refund for m in decision.moves)
