@@ -253,7 +253,8 @@ def retry(
         known = ", ".join(k.value for k in FailureKind)
         err.print(f"[red]error:[/] unknown kind in {kind}; known kinds: {known}")
         raise typer.Exit(2) from None
-    ledger = Ledger(_settings().resolved_database_url())
+    settings = _settings()
+    ledger = Ledger(settings.resolved_database_url(), busy_timeout=settings.sqlite_busy_timeout)
     count = ledger.retry_failed(month, kinds)
     ledger.close()
     out.print(f"{count} failed posts of {month} will be sent again by the next run.")
@@ -311,7 +312,7 @@ def approve(
     # Seen: posts synced, or a question asked (a breaker trips for every month of a run).
     known = looked.knows_month(month) or bool(looked.approvals.approvals(month))
     looked.close()
-    ledger = Ledger(settings.resolved_database_url())
+    ledger = Ledger(settings.resolved_database_url(), busy_timeout=settings.sqlite_busy_timeout)
     question = ledger.approvals.waiting(month)
     if question is None and not known:
         ledger.close()
@@ -554,7 +555,7 @@ def setup(
             register_block_types()  # so that the block can be loaded on a server never set up
         settings = settings_from_blocks(ledger=ledger_block) if ledger_block else _settings()
         url = settings.resolved_database_url()
-        ledger = Ledger(url)  # opening for writing migrates
+        ledger = Ledger(url, busy_timeout=settings.sqlite_busy_timeout)  # opening migrates
         out.print(f"ledger ready: {safe_url(url)} (schema {ledger.schema_revision()})")
         ledger.close()
         try:

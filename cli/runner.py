@@ -84,7 +84,7 @@ def run_month(
         if server is not None:
             server.wait_ready()
             server.on_unexpected_exit(lambda code: _without_its_server(console, month, code))
-        ledger = Ledger(settings.resolved_database_url())
+        ledger = Ledger(settings.resolved_database_url(), busy_timeout=settings.sqlite_busy_timeout)
         before = progress_of(ledger, month)
         stopped: str | None = None
         with (

@@ -121,7 +121,7 @@ def _monthly_posts(
         raise RunStopped(f"{month}: nothing was done: {exc}") from None
 
     ledger_url = settings.resolved_database_url()
-    ledger = open_ledger(ledger_url)
+    ledger = open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout)
     holder = str(flow_run.id or uuid.uuid4())
     try:
         with ledger.leases.holding(month, holder) as taken_over_from:

@@ -46,7 +46,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads
 from postledger.record.states import Transitions
-from postledger.settings import Price
+from postledger.settings import SQLITE_BUSY_TIMEOUT, Price
 
 __all__ = ["Ledger", "PlanReport", "SyncReport", "open_ledger"]
 
@@ -54,27 +54,22 @@ _shared: dict[str, Ledger] = {}
 _shared_guard = threading.Lock()
 
 
-def open_ledger(url: str) -> Ledger:
-    """The process's one Ledger for `url`: engines are thread-safe and costly to make, and one
-    set of month locks per process is what serializes its threads."""
+def open_ledger(url: str, *, busy_timeout: float = SQLITE_BUSY_TIMEOUT) -> Ledger:
+    """The process's one Ledger for `url` (opened with the first caller's `busy_timeout`):
+    engines are thread-safe and costly to make, and one set of month locks per process is what
+    serializes its threads."""
     with _shared_guard:
         if url not in _shared:
-            _shared[url] = Ledger(url)
+            _shared[url] = Ledger(url, busy_timeout=busy_timeout)
         return _shared[url]
 
 
 class Ledger(LedgerReads):
     def __init__(
-        self, url: str, *, read_only: bool = False, busy_timeout: float | None = None
+        self, url: str, *, read_only: bool = False, busy_timeout: float = SQLITE_BUSY_TIMEOUT
     ) -> None:
-        from postledger.settings import Settings
-
         self.url = url
-        self.engine: Engine = make_engine(
-            url,
-            read_only=read_only,
-            busy_timeout=busy_timeout or Settings().sqlite_busy_timeout,
-        )
+        self.engine: Engine = make_engine(url, read_only=read_only, busy_timeout=busy_timeout)
         if read_only:
             check_current(self.engine)
         else:

@@ -79,6 +79,9 @@ def month_file(base: Path, month: str) -> Path:
     return base.with_name(f"{stem}-{month}.jsonl")
 
 
+# Seconds a SQLite write waits for another writer, unless the settings say otherwise.
+SQLITE_BUSY_TIMEOUT = 30.0
+
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
     "complaint, praise, suggestion, news, other), a sentiment (positive, neutral, negative) "
@@ -113,7 +116,9 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default=Path("data/posts"), description="where YYYY-MM.jsonl live")
     sqlite_busy_timeout: float = Field(
-        default=30.0, gt=0, description="seconds a SQLite write waits for another writer"
+        default=SQLITE_BUSY_TIMEOUT,
+        gt=0,
+        description="seconds a SQLite write waits for another writer",
     )
     spill_path: Path | None = Field(
         default=None,

@@ -25,7 +25,7 @@ def trip_in_this_run(ledger_url: str, holder: str | None) -> Trip:
     """What a trip needs, from the flow run it runs in: its settings, its ledger, its log."""
     settings = current_settings()
     return Trip(
-        open_ledger(ledger_url),
+        open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout),
         settings,
         PrefectPort(settings, ledger_url, holder),
         get_run_logger(),

@@ -67,7 +67,8 @@ def _with_retries(call: Task[..., Any], retries: int, backoff: float) -> Task[..
 def _count_retry(ledger_url: str, batch_id: str, settings: Settings, holder: str | None) -> None:
     """A request retry is counted before it is made (R16), on the batch's ledger row."""
     if current_task_run.run_count > 1:
-        one_call.count_request_retry(open_ledger(ledger_url), settings, batch_id, holder)
+        ledger = open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout)
+        one_call.count_request_retry(ledger, settings, batch_id, holder)
 
 
 @task(name="create-upstream-task", task_run_name="create {batch_id}", **ONE_CALL)
@@ -174,4 +175,5 @@ async def adopt_orphaned_tasks(month: str, ledger_url: str, holder: str | None =
 
     settings = current_settings()
     port = PrefectPort(settings, ledger_url, holder)
-    return await adopt_orphans(open_ledger(ledger_url), month, port, holder=holder)
+    ledger = open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout)
+    return await adopt_orphans(ledger, month, port, holder=holder)

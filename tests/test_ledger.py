@@ -290,3 +290,29 @@ def test_one_run_per_month(any_ledger_url: str) -> None:
     ledger.leases.release(MONTH, "run-c")
     ledger.leases.claim(MONTH, "run-d")
     ledger.close()
+
+
+def test_the_busy_timeout_is_the_one_given_never_read_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's settings come from its blocks or its environment, built once and passed: the
+    ledger takes the busy timeout it is given, and reads no setting of its own."""
+    from postledger.ledger import open_ledger
+    from postledger.settings import SQLITE_BUSY_TIMEOUT
+
+    monkeypatch.setenv("POSTLEDGER_SQLITE_BUSY_TIMEOUT", "7")
+
+    def busy_timeout_ms(ledger: Ledger) -> int:
+        with ledger.engine.connect() as connection:
+            return int(connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one())
+
+    given = Ledger(f"sqlite:///{tmp_path / 'given.db'}", busy_timeout=2.5)
+    default = Ledger(f"sqlite:///{tmp_path / 'default.db'}")
+    shared = open_ledger(f"sqlite:///{tmp_path / 'shared.db'}", busy_timeout=4)
+    try:
+        assert busy_timeout_ms(given) == 2500
+        assert busy_timeout_ms(default) == int(SQLITE_BUSY_TIMEOUT * 1000)
+        assert busy_timeout_ms(shared) == 4000
+    finally:
+        for ledger in (given, default, shared):
+            ledger.close()

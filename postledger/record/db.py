@@ -39,9 +39,7 @@ from sqlmodel import Session
 
 from postledger.record import models  # noqa: F401  (registers the tables)
 from postledger.record.copy_text import converted, copy_lines
-
-# How long a write waits for another writer before it fails (and the run stops, R20).
-SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+from postledger.settings import SQLITE_BUSY_TIMEOUT
 
 
 class LedgerUnavailable(RuntimeError):
@@ -59,7 +57,7 @@ def is_sqlite(url: str) -> bool:
 
 
 def make_engine(
-    url: str, *, read_only: bool = False, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS
+    url: str, *, read_only: bool = False, busy_timeout: float = SQLITE_BUSY_TIMEOUT
 ) -> Engine:
     """An engine for the ledger at `url`; `read_only` opens SQLite so that nothing can write."""
     if not is_sqlite(url):
