@@ -68,6 +68,7 @@ def _run(batches: int, latency: float) -> list[tuple[float, float]]:
     from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
     from flows.limits import ensure_tag_limit
+    from postledger.defaults import MAX_IN_FLIGHT
     from tasks.batch import BATCH_TAG
 
     @task(name="create", cache_policy=NO_CACHE, persist_result=False)
@@ -95,7 +96,7 @@ def _run(batches: int, latency: float) -> list[tuple[float, float]]:
         ended: queue.Queue[PrefectFuture[Any]] = queue.Queue()
         waiting, in_flight, times = list(range(batches)), 0, []
         while waiting or in_flight:
-            while waiting and in_flight < 2:
+            while waiting and in_flight < MAX_IN_FLIGHT:
                 future = process_batch.submit(waiting.pop(0))
                 future.add_done_callback(lambda done: ended.put(done))
                 in_flight += 1
@@ -103,7 +104,7 @@ def _run(batches: int, latency: float) -> list[tuple[float, float]]:
             in_flight -= 1
         return times
 
-    ensure_tag_limit()
+    ensure_tag_limit(MAX_IN_FLIGHT)
     return month()
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from postledger.batches.posts import InputError, parse_month
+from postledger.defaults import MAX_IN_FLIGHT
 from postledger.record.plain import read_only
 
 if TYPE_CHECKING:
@@ -123,11 +124,11 @@ def status(
     no network call at all."""
     # No settings object and no ORM: the ledger's URL and a few queries in plain SQL are all
     # this needs, and it answers in a fraction of a second.
+    from postledger.defaults import ledger_url
     from postledger.progress.status import status
     from postledger.progress.tables import failed_posts_table, failures_table, status_table
     from postledger.record.figures import FailedPost, failed_posts
     from postledger.record.plain import database_url_from_environment
-    from postledger.settings import ledger_url
 
     month = _month(month)
     url = ledger_url(database_url_from_environment(), create_folder=False)
@@ -210,11 +211,11 @@ def report(
     the currency of the price table. summary-MONTH.md: the month in a page, with the completed
     posts counted by category and by sentiment."""
     # Plain SQL and no ORM, as `status`: one snapshot of the ledger, opened read-only.
+    from postledger.defaults import ledger_url
     from postledger.progress.parquet import MissingPyarrow
     from postledger.progress.report import write_report
     from postledger.progress.status import status
     from postledger.record.plain import database_url_from_environment
-    from postledger.settings import ledger_url
 
     month = _month(month)
     url = ledger_url(database_url_from_environment(), create_folder=False)
@@ -516,7 +517,9 @@ def breaker(
 
 @app.command()
 def setup(
-    tag_limit: Annotated[int, typer.Option(help="Batches in flight across all runs.")] = 2,
+    tag_limit: Annotated[
+        int, typer.Option(help="Batches in flight across all runs.")
+    ] = MAX_IN_FLIGHT,
     work_pool: Annotated[
         str, typer.Option(help="The process work pool prefect.yaml deploys to.")
     ] = "postledger",

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from postledger.batches.posts import InputError, default_posts_path, load_posts
-from postledger.settings import BUNDLED_SIMULATOR, Settings
+from postledger.defaults import BUNDLED_SIMULATOR
+from postledger.settings import Settings
 from simulator.child import starting_simulator
 
 

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from flows.calling import call_for_a_person
 from flows.local_server import LOCAL_SERVER_FLAG
-from postledger.guards.breaker import advice
+from postledger.guards.breaker import OPENED_BECAUSE, advice
 from postledger.guards.spend import estimate, money
 from postledger.ledger import Ledger
 from postledger.progress.words import duration, spend_words
@@ -224,9 +224,8 @@ def breaker_question(ledger: Ledger, month: str, upstream: str, settings: Settin
     lines = [
         f"## The circuit breaker of `{upstream}` is open",
         "",
-        "Batches failed at the transport level twice in a row, after their request retries. "
-        "Nothing new has been sent since; every batch already sent has come back and is "
-        "saved.",
+        f"{OPENED_BECAUSE} Nothing new has been sent since; every batch already sent has come "
+        "back and is saved.",
         "",
         "**Latest breaker events**",
         "",

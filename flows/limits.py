@@ -8,14 +8,12 @@ from prefect.exceptions import ObjectNotFound
 
 from tasks.batch import BATCH_TAG
 
-DEFAULT_TAG_LIMIT = 2
-
 
 def tag_limit_name(tag: str = BATCH_TAG) -> str:
     return f"tag:{tag}"
 
 
-def ensure_tag_limit(limit: int = DEFAULT_TAG_LIMIT) -> int:
+def ensure_tag_limit(limit: int) -> int:
     """Create the `ai-batch` tag limit if it is missing; an existing one is left as it is (a
     person may have changed it on purpose). Returns the limit in force."""
     with get_client(sync_client=True) as client:

@@ -276,7 +276,7 @@ def adopt_orphans(run: MonthRun) -> list[str]:
 
 def make_room_for_batches(run: MonthRun) -> None:
     """The tag limit exists, and no slot is held by a run that is gone."""
-    ensure_tag_limit()
+    ensure_tag_limit(run.settings.max_in_flight)
     dead = _flow_run_id(run.taken_over_from)
     if os.environ.get(LOCAL_SERVER_FLAG) or dead is not None:
         # Our local server runs no lease reaper: slots of a killed run would stay taken, and

@@ -21,6 +21,7 @@ from postledger.batches.intake import SyncReport, sync_posts
 from postledger.batches.output import OutputCheck
 from postledger.batches.planning import PlanReport
 from postledger.batches.posts import Post
+from postledger.defaults import SQLITE_BUSY_TIMEOUT, Price
 from postledger.failures.carry_out import carry_out
 from postledger.failures.policy import Decision
 from postledger.guards.approvals import Approvals
@@ -46,7 +47,6 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads
 from postledger.record.states import Transitions
-from postledger.settings import SQLITE_BUSY_TIMEOUT, Price
 
 __all__ = ["Ledger", "PlanReport", "SyncReport", "open_ledger"]
 

@@ -13,14 +13,21 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The name `postledger run` gives its bundled simulator, whatever its port: its breaker
-# persists across runs (R18), and its spend is said to be simulated.
-BUNDLED_SIMULATOR = "simulator"
+from postledger.defaults import (
+    BUNDLED_SIMULATOR,
+    DEFAULT_PRICES,
+    MAX_IN_FLIGHT,
+    SQLITE_BUSY_TIMEOUT,
+    Price,
+    ledger_url,
+    month_file,
+    sqlite_file,
+)
 
 
 @dataclass(frozen=True)
@@ -30,57 +37,6 @@ class Limits:
     default_wait: float = 30.0  # seconds, when a rate limit gives no usable Retry-After
     max_wait: float = 600.0  # seconds, the longest wait a Retry-After may impose
 
-
-class Price(BaseModel):
-    """One model's price per million tokens, in micro-units."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: int = Field(ge=0)
-    output: int = Field(ge=0)
-
-
-DEFAULT_PRICES: dict[str, Price] = {
-    # The simulator's model: priced like a small hosted model, so the numbers mean something.
-    "sim-analyst-1": Price(input=150_000, output=600_000),
-}
-
-
-def ledger_url(database_url: str | None, *, create_folder: bool = True) -> str:
-    """The ledger's URL: `database_url`, or SQLite at ./.postledger/ledger.db."""
-    if database_url:
-        return database_url
-    folder = Path.cwd() / ".postledger"
-    if create_folder:
-        folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'ledger.db'}"
-
-
-def backend_of(url: str) -> str:
-    """The database a SQLAlchemy URL names: `sqlite`, `postgresql`, … (its driver left off)."""
-    return url.partition("://")[0].split("+", 1)[0]
-
-
-def sqlite_file(url: str) -> str | None:
-    """The file of a SQLite URL, decoded as SQLAlchemy decodes it; None for an in-memory
-    SQLite database or another kind of database."""
-    if backend_of(url) != "sqlite":
-        return None
-    database = unquote(url.partition("://")[2].split("?", 1)[0][1:])
-    return database if database and database != ":memory:" else None
-
-
-def month_file(base: Path, month: str) -> Path:
-    """The spill file of `month` for a configured location: a folder, or a file name whose
-    month's sibling is used (`ledger.db.spill.jsonl` -> `ledger.db.spill-2026-10.jsonl`)."""
-    if base.is_dir():
-        return base / f"spill-{month}.jsonl"
-    stem = base.name.removesuffix(".jsonl")
-    return base.with_name(f"{stem}-{month}.jsonl")
-
-
-# Seconds a SQLite write waits for another writer, unless the settings say otherwise.
-SQLITE_BUSY_TIMEOUT = 30.0
 
 DEFAULT_PROMPT = (
     "For each post, return one JSON object with its id, a category (one of: question, "
@@ -218,7 +174,7 @@ class Settings(BaseSettings):
     # for 25 structured answers inside an 8k–16k context window, the smallest in common use.
     max_batch_chars: int = Field(default=20_000, ge=1)
     max_in_flight: int = Field(
-        default=2,
+        default=MAX_IN_FLIGHT,
         ge=1,
         description="batches running at once; on a Batch API (openai_batch, anthropic_batch), "
         "submissions: upstream jobs, each carrying many batches",

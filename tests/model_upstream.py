@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
+from postledger.defaults import Price
 from postledger.guards.spend import OUTPUT_TOKENS_PER_POST, cost_of, tokens_of
-from postledger.settings import Price
 from postledger.upstreams.anthropic_protocol import TOOL_NAME
 from tests.trip_port import FakeClock
 

@@ -297,8 +297,8 @@ def test_the_busy_timeout_is_the_one_given_never_read_from_the_environment(
 ) -> None:
     """A run's settings come from its blocks or its environment, built once and passed: the
     ledger takes the busy timeout it is given, and reads no setting of its own."""
+    from postledger.defaults import SQLITE_BUSY_TIMEOUT
     from postledger.ledger import open_ledger
-    from postledger.settings import SQLITE_BUSY_TIMEOUT
 
     monkeypatch.setenv("POSTLEDGER_SQLITE_BUSY_TIMEOUT", "7")
 

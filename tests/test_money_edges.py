@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from postledger.batches.output import check_output
 from postledger.batches.posts import Post
+from postledger.defaults import DEFAULT_PRICES
 from postledger.failures.policy import Failure, Reach, after_failure, after_output
 from postledger.guards.breaker import BreakerHeld, Signal
 from postledger.guards.spill import Spill, SpillFailed, SpillKind
@@ -33,7 +34,7 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.month_lease import MonthBusy, MonthLeases, MonthLost
-from postledger.settings import DEFAULT_PRICES, Limits, Settings
+from postledger.settings import Limits, Settings
 from simulator.model import write_output
 
 MONTH, OTHER = "2026-10", "2026-11"

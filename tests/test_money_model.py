@@ -53,6 +53,7 @@ from hypothesis.stateful import (
 from sqlmodel import Session, select
 
 from postledger.batches.posts import Post
+from postledger.defaults import Price
 from postledger.guards.charges import spend_summary
 from postledger.guards.spend import estimate
 from postledger.guards.spill import Spill
@@ -77,7 +78,7 @@ from postledger.record.models import (
 )
 from postledger.recovery.interrupted import adopt_orphans, finish_saved_outputs, import_spill
 from postledger.recovery.steps import RecoveryAction, recovery_plan
-from postledger.settings import Price, Settings, UpstreamKind
+from postledger.settings import Settings, UpstreamKind
 from postledger.trip import (
     BatchOutcome,
     HeldByBreaker,

@@ -16,6 +16,7 @@ import pytest
 from sqlmodel import Session, select
 
 from postledger.batches.posts import Post
+from postledger.defaults import Price, sqlite_file
 from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
 from postledger.progress.status import breaker_report
@@ -23,7 +24,6 @@ from postledger.record import rows
 from postledger.record.models import ApprovalRecord, BatchStatus, BreakerLevel, BreakerRecord
 from postledger.record.plain import read_only
 from postledger.recovery.steps import RecoveryAction, plan_recovery
-from postledger.settings import Price, sqlite_file
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)
@@ -149,6 +149,10 @@ def test_the_read_commands_import_no_orm(
         "import atexit, sys\n"
         "atexit.register(lambda: print('ORM' if {'sqlalchemy', 'sqlmodel'} & set(sys.modules)"
         " else 'no ORM', file=sys.stderr))\n"
+        # Nor the settings model (pydantic-settings, ~0.2 s): what a read needs of the
+        # configuration is in postledger.defaults.
+        "atexit.register(lambda: print('settings' if 'pydantic_settings' in sys.modules"
+        " else 'no settings', file=sys.stderr))\n"
         "from cli.app import main\n"
         f"sys.argv = ['postledger', *{command!r}]\n"
         "main()\n"
@@ -161,7 +165,10 @@ def test_the_read_commands_import_no_orm(
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "no ORM"
+    said = done.stderr.strip().splitlines()
+    assert said[-1] == "no ORM"
+    if command[0] in ("status", "report"):  # breaker and plan read the upstream's name in it
+        assert said[-2] == "no settings"
     assert MONTH in done.stdout or "up" in done.stdout
     if command[0] == "report":  # what it read it wrote: every post, in file order
         lines = (tmp_path / "report" / f"posts-{MONTH}.jsonl").read_text().splitlines()

@@ -12,6 +12,7 @@ import pytest
 
 from postledger.batches.output import check_output
 from postledger.batches.posts import Post
+from postledger.defaults import Price
 from postledger.failures.hints import CONTINUE_HINTS
 from postledger.failures.policy import after_output
 from postledger.guards.charges import spend_summary
@@ -21,7 +22,7 @@ from postledger.record import figures
 from postledger.record.migrate import SchemaMismatch
 from postledger.record.models import Answer, BatchStatus, PostStatus, Question
 from postledger.record.plain import LedgerUnreadable, read_only
-from postledger.settings import Limits, Price
+from postledger.settings import Limits
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)

@@ -13,10 +13,11 @@ import pytest
 
 import postledger.settings as settings_module
 from postledger.batches.posts import Post
+from postledger.defaults import Price
 from postledger.guards.spend import estimate
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus
-from postledger.settings import Price, Settings, UpstreamKind
+from postledger.settings import Settings, UpstreamKind
 from postledger.trip import OverBudget, Trip
 from postledger.trip.marking import mark_for_job
 from postledger.upstreams import facts_of

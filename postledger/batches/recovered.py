@@ -9,6 +9,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from postledger.batches.sending import receive, take_task_id
+from postledger.defaults import Price
 from postledger.guards.charges import book_gateway_retries, settle
 from postledger.guards.spill import SpillKind
 from postledger.record.models import (
@@ -20,7 +21,6 @@ from postledger.record.models import (
 )
 from postledger.record.reads import load_batch, posts_in
 from postledger.record.states import Transitions
-from postledger.settings import Price
 
 
 def take_spilled(

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from postledger.defaults import Price
 from postledger.guards.charges import settle
 from postledger.record.models import (
     BatchRecord,
@@ -18,7 +19,6 @@ from postledger.record.models import (
 )
 from postledger.record.reads import LedgerError, posts_in
 from postledger.record.states import Transitions
-from postledger.settings import Price
 
 
 def start(

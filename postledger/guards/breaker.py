@@ -19,6 +19,13 @@ class Signal(StrEnum):
     TRANSPORT_FAILURE = "transport_failure"  # request retries exhausted (R18)
 
 
+# Why a breaker is open, in the words of `level_after`: the second final transport failure in a
+# row (the first put it in probe).
+OPENED_BECAUSE = (
+    "Batches failed at the transport level twice in a row, after their request retries."
+)
+
+
 class BreakerHeld(RuntimeError):
     """The breaker does not let this batch start now; it stays queued and nothing was paid."""
 

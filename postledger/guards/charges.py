@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from postledger.defaults import Price
 from postledger.guards.spend import cost_of, estimate, money, usage_tokens
 from postledger.record.figures import SpendGroup, summed
 from postledger.record.models import (
@@ -26,7 +27,6 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.states import Transitions
-from postledger.settings import Price
 
 # Outcomes after which a charge bought nothing usable: the whole output was unusable, or the
 # task that was made (and paid) failed or was lost upstream.

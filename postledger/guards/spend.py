@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from postledger.settings import Price
+from postledger.defaults import Price
 
 # ~4 characters per token in English; fewer in other scripts, so this errs on the low side
 # for them: the estimate guards the budget, the upstream's usage settles the cost.

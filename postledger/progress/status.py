@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from postledger.defaults import BUNDLED_SIMULATOR, backend_of, sqlite_file
 from postledger.failures.hints import CONTINUE_HINTS
 from postledger.guards.breaker import advice
 from postledger.guards.spend import money
 from postledger.record import figures, rows
 from postledger.record.kinds import Answer, BatchStatus, BreakerLevel, PostStatus, Question, utcnow
 from postledger.record.plain import Reader
-from postledger.settings import BUNDLED_SIMULATOR, backend_of, sqlite_file
 
 if TYPE_CHECKING:
     from postledger.ledger import Ledger

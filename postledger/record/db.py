@@ -37,9 +37,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
+from postledger.defaults import SQLITE_BUSY_TIMEOUT
 from postledger.record import models  # noqa: F401  (registers the tables)
 from postledger.record.copy_text import converted, copy_lines
-from postledger.settings import SQLITE_BUSY_TIMEOUT
 
 
 class LedgerUnavailable(RuntimeError):

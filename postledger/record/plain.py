@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from postledger.defaults import backend_of, sqlite_file
 from postledger.record.migrate import SchemaMismatch, mismatch
-from postledger.settings import backend_of, sqlite_file
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

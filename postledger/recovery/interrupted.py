@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from postledger.batches.output import check_output
+from postledger.defaults import Price
 from postledger.failures.policy import Decision, after_output
 from postledger.guards.spill import KeptAside, Spill
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, SubmissionRecord
 from postledger.record.reads import waits_for_job
-from postledger.settings import Limits, Price
+from postledger.settings import Limits
 from postledger.upstreams.calls import Found, NoVerdict
 
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from postledger.defaults import Price
 from postledger.guards.spend import estimate, money, tokens_of
 from postledger.record import rows
 from postledger.record.kinds import BatchStatus
 from postledger.record.plain import Reader
 from postledger.record.rows import InterruptedBatch
-from postledger.settings import Price
 
 if TYPE_CHECKING:
     from postledger.settings import Settings

@@ -9,7 +9,8 @@ from pydantic import SecretStr
 from blocks import BlockNotFound, PostledgerLedger, PostledgerUpstream, settings_from_blocks
 from flows.limits import tag_limit_name
 from flows.setup import prepare_prefect
-from postledger.settings import Price, Settings, UpstreamKind, current_settings, in_force
+from postledger.defaults import Price
+from postledger.settings import Settings, UpstreamKind, current_settings, in_force
 
 
 def test_setup_twice_changes_nothing_the_first_made(prefect_harness: None) -> None:

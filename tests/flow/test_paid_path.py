@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 
+from postledger.defaults import DEFAULT_PRICES
 from postledger.guards.spend import cost_of, estimate
 from postledger.guards.spill import Spill, SpillKind
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, Charge, FailureKind, SpendState
-from postledger.settings import DEFAULT_PRICES, Settings
+from postledger.settings import Settings
 from tests.helpers import (
     MONTH,
     UPSTREAM_KINDS,

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from postledger.defaults import DEFAULT_PRICES
 from postledger.guards.spend import cost_of, estimate
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, PostStatus, Question, SpendState
-from postledger.settings import DEFAULT_PRICES, DEFAULT_PROMPT
+from postledger.settings import DEFAULT_PROMPT
 from tests.helpers import (
     MONTH,
     Sim,

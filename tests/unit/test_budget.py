@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from postledger.defaults import DEFAULT_PRICES, Price
 from postledger.guards.charges import WASTING, spend_summary
 from postledger.guards.spend import (
     CHARS_PER_TOKEN,
@@ -31,7 +32,6 @@ from postledger.guards.spend import (
     usage_tokens,
 )
 from postledger.record.models import FailureKind, SpendRecord, SpendState
-from postledger.settings import DEFAULT_PRICES, Price
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.

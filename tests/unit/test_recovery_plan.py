@@ -13,11 +13,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from postledger.defaults import Price
 from postledger.guards.spend import estimate, tokens_of
 from postledger.record.kinds import BatchStatus
 from postledger.record.rows import InterruptedBatch
 from postledger.recovery.steps import RecoveryAction, RecoveryPlan, plan_recovery
-from postledger.settings import Price
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.

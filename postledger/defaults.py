@@ -1,0 +1,72 @@
+"""The project's defaults, and where its files are: plain values, path functions, prices.
+
+Kept apart from `settings.py` (pydantic-settings, ~0.2 s to import) so that a read command
+such as `postledger status`, and the plain-SQL reads it makes, start without it: nothing here
+imports more than the standard library and pydantic (which the command line loads anyway).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The name `postledger run` gives its bundled simulator, whatever its port: its breaker
+# persists across runs (R18), and its spend is said to be simulated.
+BUNDLED_SIMULATOR = "simulator"
+
+# Batches in flight at once: a run's window while its breaker is normal, and the Prefect
+# tag limit (`tag:ai-batch`) that holds every run together.
+MAX_IN_FLIGHT = 2
+
+# Seconds a SQLite write waits for another writer, unless the settings say otherwise.
+SQLITE_BUSY_TIMEOUT = 30.0
+
+
+def ledger_url(database_url: str | None, *, create_folder: bool = True) -> str:
+    """The ledger's URL: `database_url`, or SQLite at ./.postledger/ledger.db."""
+    if database_url:
+        return database_url
+    folder = Path.cwd() / ".postledger"
+    if create_folder:
+        folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'ledger.db'}"
+
+
+def backend_of(url: str) -> str:
+    """The database a SQLAlchemy URL names: `sqlite`, `postgresql`, … (its driver left off)."""
+    return url.partition("://")[0].split("+", 1)[0]
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL, decoded as SQLAlchemy decodes it; None for an in-memory
+    SQLite database or another kind of database."""
+    if backend_of(url) != "sqlite":
+        return None
+    database = unquote(url.partition("://")[2].split("?", 1)[0][1:])
+    return database if database and database != ":memory:" else None
+
+
+def month_file(base: Path, month: str) -> Path:
+    """The spill file of `month` for a configured location: a folder, or a file name whose
+    month's sibling is used (`ledger.db.spill.jsonl` -> `ledger.db.spill-2026-10.jsonl`)."""
+    if base.is_dir():
+        return base / f"spill-{month}.jsonl"
+    stem = base.name.removesuffix(".jsonl")
+    return base.with_name(f"{stem}-{month}.jsonl")
+
+
+class Price(BaseModel):
+    """One model's price per million tokens, in micro-units."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: int = Field(ge=0)
+    output: int = Field(ge=0)
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    # The simulator's model: priced like a small hosted model, so the numbers mean something.
+    "sim-analyst-1": Price(input=150_000, output=600_000),
+}
