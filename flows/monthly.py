@@ -39,6 +39,7 @@ from postledger.batches.posts import (
     parse_month,
     previous_month,
 )
+from postledger.defaults import MAX_IN_FLIGHT
 from postledger.guards.spill import Spill
 from postledger.ledger import Ledger, open_ledger
 from postledger.preflight import NotReady, check_ready
@@ -275,8 +276,9 @@ def adopt_orphans(run: MonthRun) -> list[str]:
 
 
 def make_room_for_batches(run: MonthRun) -> None:
-    """The tag limit exists, and no slot is held by a run that is gone."""
-    ensure_tag_limit(run.settings.max_in_flight)
+    """The tag limit exists, and no slot is held by a run that is gone. Created at the default
+    (a run's own `max_in_flight` is its window, not every run's ceiling), and never changed."""
+    ensure_tag_limit(MAX_IN_FLIGHT)
     dead = _flow_run_id(run.taken_over_from)
     if os.environ.get(LOCAL_SERVER_FLAG) or dead is not None:
         # Our local server runs no lease reaper: slots of a killed run would stay taken, and

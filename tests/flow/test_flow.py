@@ -3,6 +3,7 @@ a real SQLite ledger. The evidence is the ledger and the simulator's own charge 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
 from pathlib import Path
@@ -219,3 +220,25 @@ def test_a_long_step_is_said_before_it_starts(
         "2026-08: 2 batches planned",
     ]
     ledger.close()
+
+
+def test_a_run_with_a_smaller_window_makes_the_tag_limit_the_default(
+    prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's `max_in_flight` is its own window; the `tag:ai-batch` limit it creates when
+    there is none holds every run, so it is the default, not the first run's window."""
+    from prefect import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    from flows.limits import tag_limit_name
+    from postledger.defaults import MAX_IN_FLIGHT
+    from tests.helpers import run_flow
+
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
+        client.delete_global_concurrency_limit_by_name(tag_limit_name())
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    summary = run_flow(tmp_path, 6)
+    assert summary["counts"]["completed"] == 6
+    assert sim.stats()["max_in_flight"] == 1
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(tag_limit_name()).limit == MAX_IN_FLIGHT
