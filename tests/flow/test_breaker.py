@@ -1,6 +1,6 @@
 """The circuit breaker (R18, R19) over real HTTP: the simulator's own request counts and charge
 log show what was sent and when; the ledger shows the breaker's history and people's answers.
-(Its rules in the ledger alone: tests/test_breaker.py.)"""
+(Its rules in the ledger alone: tests/test_breaker_records.py.)"""
 
 from __future__ import annotations
 

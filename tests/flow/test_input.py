@@ -1,5 +1,5 @@
 """Bad input through the flow: it stops with the loader's message, and the ledger is left
-exactly as it was. (The messages themselves: tests/test_input.py.)"""
+exactly as it was. (The messages themselves: tests/test_input_messages.py.)"""
 
 from __future__ import annotations
 
