@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
-from simulator.openai_api import chat_input
+from simulator.openai_chat import chat_input
 from simulator.outputs import spoiled_by
 from simulator.responses import transport_fault
 from simulator.upstream import SimTask, Upstream, until_done

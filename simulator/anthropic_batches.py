@@ -43,7 +43,7 @@ from simulator.anthropic_api import (
 )
 from simulator.faults import Faults, Route
 from simulator.gateway import Made, through_gateway
-from simulator.openai_api import chat_input
+from simulator.openai_chat import chat_input
 from simulator.outputs import spoiled_by
 from simulator.read_faults import answered_early, spoiled_answer, spoiled_file
 from simulator.responses import transport_fault

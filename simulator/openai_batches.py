@@ -1,0 +1,253 @@
+"""The simulator's OpenAI Batch API, over the same tasks, fault injection and charge log as its
+other faces.
+
+POST /v1/batches              {input_file_id, endpoint, completion_window, metadata}: charged
+GET  /v1/batches              the batches, newest first; `limit`, `after`
+GET  /v1/batches/{id}         one batch; output and error files once it ended
+POST /v1/batches/{id}/cancel  cancelling -> cancelled; the requests not yet run are undone
+
+Fault routes (`simulator.faults`): `poll` is GET /v1/batches/{id}, `list` GET /v1/batches
+(their read faults: `simulator.read_faults`).
+
+A batch runs all its requests as one simulated task (one charge listing every post, under the
+`postledger_key` of its metadata), which takes the simulator's latency; what it shows once it
+ended is `simulator.openai_batch_output`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request, Response
+
+from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Decision, Faults, Route
+from simulator.gateway import Made, through_gateway
+from simulator.openai_batch_output import ENDPOINT, batch_body
+from simulator.openai_batch_rules import create_problem, line_errors
+from simulator.openai_chat import chat_input, json_mode
+from simulator.openai_state import (
+    ENDED_STATES,
+    OpenAIState,
+    SimBatch,
+    SimFile,
+    denied,
+    invalid,
+    new_id,
+)
+from simulator.outputs import spoil_noted
+from simulator.read_faults import answered_early, spoiled_answer
+from simulator.responses import refusal, transport_fault
+from simulator.upstream import SimTask
+
+
+@dataclass
+class _BatchInput:
+    """A create request that passed the checks: its body, its input file and that file's
+    lines, valid and not (any invalid line makes a batch that fails validation)."""
+
+    body: dict[str, Any]
+    source: SimFile
+    lines: list[dict[str, Any]]
+    bad_lines: list[dict[str, Any]]
+
+
+@dataclass
+class _BatchFaults:
+    """The task and output faults a new batch meets, drawn as its task is made (the upstream's
+    `on_new`), so that they are drawn only for a task that is new."""
+
+    faults: Faults
+    batch_id: str
+    requests: list[tuple[str, list[str]]]
+    fate: str = "completed"
+    failed_request: str | None = None
+    spoiled_request: tuple[str, str] | None = None
+
+    def draw(self, task: SimTask) -> None:
+        faults, requests = self.faults, self.requests
+        task_fault = faults.decide(Route.TASK, task.task_id, batch_id=self.batch_id)
+        if task_fault is not None:
+            self.fate = "failed" if task_fault.fault == "task_failed" else task_fault.fault
+        output_fault = faults.decide(Route.OUTPUT, task.task_id, batch_id=self.batch_id)
+        if output_fault is not None and output_fault.fault == "request_error":
+            self.failed_request = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+            faults.note(output_fault, custom_id=self.failed_request)
+        elif output_fault is not None and output_fault.fault in WHOLE_OUTPUT:
+            # The answer of one request (one line) goes wrong, not every line's.
+            custom_id = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+            self.spoiled_request = (custom_id, output_fault.fault)
+            faults.note(output_fault, custom_id=custom_id)
+        elif output_fault is not None:
+            task.output = spoil_noted(faults, output_fault, task.output)
+
+
+def _batch_input(state: OpenAIState, body: Any) -> _BatchInput | Response:
+    """The input of a create request, or why it is refused (nothing made)."""
+    if not isinstance(body, dict):
+        return invalid("the body must be a JSON object")
+    if (problem := create_problem(body, (ENDPOINT,))) is not None:
+        return invalid(problem)
+    source = state.files.get(str(body.get("input_file_id")))
+    if source is None or source.purpose != "batch":
+        return invalid("input_file_id names no uploaded file of purpose batch")
+    lines, bad_lines = line_errors(source.content, ENDPOINT)
+    if not lines and not bad_lines:
+        return invalid("the input file has no requests")
+    return _BatchInput(body, source, lines, bad_lines)
+
+
+def _metadata(body: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
+
+
+def _new_batch(state: OpenAIState, given: _BatchInput, *, faulted: bool = True) -> SimBatch:
+    """A batch of the valid lines, made and charged; `faulted=False`: it meets no task or
+    output fault."""
+    lines = given.lines
+    prompt = chat_input(lines[0]["body"]["messages"])[0]
+    asked = [(str(line["custom_id"]), chat_input(line["body"]["messages"])[1]) for line in lines]
+    posts = [post for _, of_request in asked for post in of_request]
+    requests = [(custom_id, [pid for pid, _ in of_request]) for custom_id, of_request in asked]
+    metadata = _metadata(given.body)
+    drawn = _BatchFaults(state.faults, new_id("batch"), requests)
+    task, _ = state.upstream.create(
+        model=str(lines[0]["body"].get("model", "")),
+        prompt=prompt,
+        posts=posts,
+        idempotency_key=metadata.get("postledger_key"),
+        now=time.monotonic(),
+        on_new=drawn.draw if faulted else None,
+        honour_key=False,
+    )
+    batch = SimBatch(
+        id=drawn.batch_id,
+        task=task,
+        input_file_id=given.source.id,
+        completion_window=str(given.body["completion_window"]),
+        metadata=metadata,
+        created_at=int(time.time()),
+        fate=drawn.fate,
+        requests=requests,
+        json_mode=json_mode(lines[0]["body"]),
+        failed_request=drawn.failed_request,
+        spoiled_request=drawn.spoiled_request,
+    )
+    return state.add_batch(batch)
+
+
+def _rejected_batch(state: OpenAIState, given: _BatchInput) -> SimBatch:
+    """A batch that failed validation: it never runs, and is never billed."""
+    now = time.monotonic()
+    unbilled = SimTask(new_id("task"), None, "", "", [], now, now, "", 0, 0, "invalid input")
+    batch = SimBatch(
+        id=new_id("batch"),
+        task=unbilled,
+        input_file_id=given.source.id,
+        completion_window=str(given.body["completion_window"]),
+        metadata=_metadata(given.body),
+        created_at=int(time.time()),
+        fate="failed",
+        line_errors=given.bad_lines,
+    )
+    return state.add_batch(batch)
+
+
+def _batch_again(state: OpenAIState, given: _BatchInput) -> Made:
+    """A gateway's extra attempt: another batch of the same file and metadata, charged for
+    all its lines (or, failing validation, unbilled)."""
+    if given.bad_lines:
+        return Made(batch=_rejected_batch(state, given).id)
+    batch = _new_batch(state, given, faulted=False)
+    return Made([batch.task.task_id], batch.id)
+
+
+def _listing(state: OpenAIState, limit: int, after: str | None) -> dict[str, Any]:
+    """One page of the batches, newest first, starting after the batch `after`."""
+    with state.lock:
+        newest_first = list(reversed(state.batches.values()))
+    if after is not None:
+        ids = [b.id for b in newest_first]
+        newest_first = newest_first[ids.index(after) + 1 :] if after in ids else []
+    page = newest_first[:limit]
+    data = [batch_body(state, b) for b in page]
+    ends = {"first_id": data[0]["id"], "last_id": data[-1]["id"]} if data else {}
+    return {"object": "list", "data": data, **ends, "has_more": len(newest_first) > limit}
+
+
+def add_batch_routes(app: FastAPI, state: OpenAIState) -> None:
+    upstream, faults, batches = state.upstream, state.faults, state.batches
+
+    @app.post("/v1/batches")
+    async def create_batch(request: Request) -> Any:
+        upstream.count_request("create")
+        if not state.authorized(request):
+            return denied()
+        given = _batch_input(state, await request.json())
+        if isinstance(given, Response):
+            return given
+        decision = faults.decide(Route.CREATE)
+        if decision is not None and decision.fault in CREATE_REFUSED:
+            return refusal(decision, openai=True)
+        decision = through_gateway(request, faults, decision, lambda: _batch_again(state, given))
+        if decision is not None and decision.fault not in CREATE_AFTER:
+            return await transport_fault(decision)  # nothing was made
+        if given.bad_lines:  # it fails validation: nothing runs, nothing is billed
+            rejected = _rejected_batch(state, given)
+            if decision is not None:  # answered all the same: the fault changes nothing
+                faults.note(decision, made=[], batch_id=rejected.id, applied=False)
+            return batch_body(state, rejected)
+        batch = _new_batch(state, given)
+        if decision is not None:
+            faults.note(decision, made=[batch.task.task_id], batch_id=batch.id)
+            return await transport_fault(decision)  # made and charged, the answer is lost
+        return batch_body(state, batch)
+
+    @app.get("/v1/batches")
+    async def list_batches(
+        request: Request,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        after: str | None = None,
+    ) -> Any:
+        upstream.count_request("list")
+        if not state.authorized(request):
+            return denied()
+        decision = faults.decide(Route.LIST, after)
+        if (early := await answered_early(decision)) is not None:
+            return early
+        return spoiled_answer(faults, decision, _listing(state, limit, after))
+
+    @app.get("/v1/batches/{batch_id}")
+    async def get_batch(batch_id: str, request: Request) -> Any:
+        upstream.count_request("poll", batch_id)
+        if not state.authorized(request):
+            return denied()
+        decision = faults.decide(Route.POLL, batch_id)
+        if (early := await answered_early(decision, refuse=openai_refusal)) is not None:
+            return early
+        if decision is not None and decision.fault == "forget":
+            with state.lock:
+                batches.pop(batch_id, None)
+        batch = batches.get(batch_id)
+        if batch is None:
+            return spoiled_answer(
+                faults, decision, invalid(f"No batch found with id '{batch_id}'.", 404)
+            )
+        return spoiled_answer(faults, decision, batch_body(state, batch))
+
+    @app.post("/v1/batches/{batch_id}/cancel")
+    async def cancel_batch(batch_id: str, request: Request) -> Any:
+        if not state.authorized(request):
+            return denied()
+        batch = batches.get(batch_id)
+        if batch is None:
+            return invalid(f"No batch found with id '{batch_id}'.", 404)
+        if batch.task.state(time.monotonic()) not in ENDED_STATES and batch.cancel_at is None:
+            batch.cancel_at = time.monotonic()
+            batch.fate = "cancelled"
+        return batch_body(state, batch)
+
+
+def openai_refusal(decision: Decision) -> Response:
+    return refusal(decision, openai=True)

@@ -1,0 +1,124 @@
+"""What the simulator's OpenAI routes share: the files and batches they keep between requests,
+the upstream and faults they charge and fault through, and their common error answers.
+
+One `OpenAIState` is made per app (`simulator.openai_api`) and handed to each resource's routes,
+so that a batch can read the file it was made from and write its output files where
+GET /v1/files finds them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request, Response
+
+from simulator.faults import Faults
+from simulator.responses import error
+from simulator.upstream import SimTask, TaskState, Upstream
+
+# The task states after which a batch can no longer be cancelled.
+ENDED_STATES = (TaskState.SUCCEEDED, TaskState.FAILED)
+
+
+@dataclass
+class SimFile:
+    id: str
+    filename: str
+    purpose: str
+    content: bytes
+    created_at: int
+    batch_id: str | None = None  # the batch whose output or error file it is
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": len(self.content),
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+        }
+
+
+@dataclass
+class SimBatch:
+    id: str
+    task: SimTask
+    input_file_id: str
+    completion_window: str
+    metadata: dict[str, str]
+    created_at: int
+    fate: str = "completed"  # how it ends: completed, failed, expired, cancelled
+    # Each request: its custom_id and the ids of the posts its chat request carries.
+    requests: list[tuple[str, list[str]]] = field(default_factory=list)
+    json_mode: bool = True  # the requests asked for a JSON object (response_format)
+    failed_request: str | None = None  # a request_error fault: this request fails
+    spoiled_request: tuple[str, str] | None = None  # a whole-output fault: (request, fault)
+    cancel_at: float | None = None  # monotonic, when a cancel was asked
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    # Why its input file failed validation, one item per bad line (`errors.data`).
+    line_errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def status(self, now: float) -> str:
+        if self.cancel_at is not None and self.task.state(now) not in ENDED_STATES:
+            return "cancelled" if now >= self.cancel_at + 0.05 else "cancelling"
+        state = self.task.state(now)
+        if state is TaskState.QUEUED:
+            return "validating"
+        if state is TaskState.RUNNING:
+            return "in_progress"
+        return self.fate
+
+
+@dataclass
+class OpenAIState:
+    """One app's OpenAI files and batches, and what its OpenAI routes charge and check."""
+
+    upstream: Upstream
+    faults: Faults
+    authorized: Callable[[Request], bool]
+    files: dict[str, SimFile] = field(default_factory=dict)
+    batches: dict[str, SimBatch] = field(default_factory=dict)
+    # Re-entrant: finishing a batch, under this lock, adds its files under it again.
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def forget_all(self) -> None:
+        """Forget every file and batch (`POST /_sim/reset`)."""
+        with self.lock:
+            self.files.clear()
+            self.batches.clear()
+
+    def add_file(
+        self, filename: str, purpose: str, content: bytes, batch_id: str | None = None
+    ) -> SimFile:
+        made = SimFile(new_id("file"), filename, purpose, content, int(time.time()), batch_id)
+        with self.lock:
+            self.files[made.id] = made
+        return made
+
+    def add_batch(self, batch: SimBatch) -> SimBatch:
+        with self.lock:
+            self.batches[batch.id] = batch
+        return batch
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def denied() -> Response:
+    return error(
+        401, "invalid_request_error", "Incorrect API key provided.", code="invalid_api_key"
+    )
+
+
+def invalid(message: str, status: int = 400) -> Response:
+    return error(status, "invalid_request_error", message)
