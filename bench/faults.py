@@ -112,6 +112,7 @@ def run_postledger(
     from flows.monthly import RunStopped, monthly_posts
     from postledger.ledger import open_ledger
     from postledger.settings import UpstreamKind
+    from postledger.upstreams import base_url_of
     from simulator.child import simulator_process
 
     month = "2030-01"
@@ -120,7 +121,7 @@ def run_postledger(
     started = time.monotonic()
     with simulator_process(latency=latency, seed=seed, faults=fault_plan(kind)) as url:
         os.environ["POSTLEDGER_UPSTREAM_KIND"] = kind
-        os.environ["POSTLEDGER_UPSTREAM_URL"] = UpstreamKind(kind).base_url_of(url)
+        os.environ["POSTLEDGER_UPSTREAM_URL"] = base_url_of(UpstreamKind(kind), url)
         if kind in BATCH_APIS and job_lines:
             os.environ["POSTLEDGER_MAX_SUBMISSION_BATCHES"] = str(job_lines)
         ledger = open_ledger(os.environ["POSTLEDGER_DATABASE_URL"])

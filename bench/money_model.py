@@ -1,4 +1,4 @@
-"""The money model (`tests/test_money_model.py`) with many more examples than the suite runs,
+"""The money model (`tests/ledger/test_money_model.py`) with many more examples than the suite runs,
 and a summary of what they went through.
 
     uv run python bench/money_model.py                 # 2000 examples, SQLite
@@ -40,7 +40,9 @@ def main() -> int:
 
     from hypothesis.stateful import run_state_machine_as_test
 
-    from tests.test_money_model import LOG, STATS, MoneyModel, machine_settings
+    # The suite's environment and its clean-up at exit first, as under pytest.
+    import tests.conftest  # noqa: F401
+    from tests.ledger.test_money_model import LOG, STATS, MoneyModel, machine_settings
 
     LOG.setLevel(logging.CRITICAL)  # what the trips say of each fault: thousands of lines
 

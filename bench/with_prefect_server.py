@@ -13,9 +13,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.prefect_server
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.support.prefect_server
 
-from tests.prefect_server import fresh_postgres_database, running_prefect_server  # noqa: E402
+# The tests' clean-up at exit too: whatever the server or its database left behind.
+from tests.support import session  # noqa: E402, F401
+from tests.support.prefect_server import fresh_postgres_database, running_prefect_server  # noqa: E402
 
 
 def main() -> int:

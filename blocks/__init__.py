@@ -6,13 +6,14 @@ from typing import TypeVar, cast
 
 from blocks.ledger import PostledgerLedger
 from blocks.upstream import PostledgerUpstream
+from postledger.errors import PostledgerError
 from postledger.settings import Settings
 
 BLOCK_TYPES = (PostledgerUpstream, PostledgerLedger)
 B = TypeVar("B", PostledgerUpstream, PostledgerLedger)
 
 
-class BlockNotFound(LookupError):
+class BlockNotFound(PostledgerError):
     """A flow run names a block that does not exist."""
 
 

@@ -8,8 +8,7 @@ from typing import Any, ClassVar
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
-from postledger.defaults import Price
-from postledger.settings import UpstreamKind
+from postledger.settings import Price, UpstreamKind
 
 # Block field -> Settings field, where the names differ.
 _SETTING_OF = {

@@ -80,7 +80,9 @@ def run_month(
             # The bundled simulator honours idempotency keys, as the task API kind may not.
             os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
             # The simulator speaks every kind, each at its usual base URL.
-            url = settings.upstream_kind.base_url_of(simulator.wait_ready())
+            from postledger.upstreams import base_url_of
+
+            url = base_url_of(settings.upstream_kind, simulator.wait_ready())
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         if server is not None:
             server.wait_ready()

@@ -22,18 +22,16 @@ from pydantic import Field
 
 from flows.calling import call_for_a_person
 from flows.local_server import LOCAL_SERVER_FLAG
-from postledger.guards.breaker import OPENED_BECAUSE, advice
-from postledger.guards.spend import estimate, money
-from postledger.ledger import Ledger
-from postledger.progress.words import duration, spend_words
-from postledger.record.models import (
+from postledger.ledger import (
     Answer,
     ApprovalRecord,
     BatchStatus,
     FailureKind,
+    Ledger,
     PostStatus,
     Question,
 )
+from postledger.progress import OPENED_BECAUSE, advice, duration, money, spend_words
 from postledger.settings import Settings
 
 
@@ -116,11 +114,11 @@ def spent_so_far(ledger: Ledger, month: str, settings: Settings) -> str:
 def next_batch_cost(ledger: Ledger, month: str, settings: Settings) -> str:
     """What the next batch to send is estimated to cost, in words ("" without a price)."""
     price = settings.price()
-    next_ids = ledger.next_to_start(month, 1)
-    if price is None or not next_ids:
+    upcoming = None if price is None else ledger.next_batch_estimate(month, price, settings.prompt)
+    if upcoming is None:
         return ""
-    texts = [post.text for post in ledger.posts_of(next_ids[0])]
-    return f"about {money(estimate(price, settings.prompt, texts))} (`{next_ids[0]}`)"
+    batch_id, cost = upcoming
+    return f"about {money(cost)} (`{batch_id}`)"
 
 
 def ask_to_continue(

@@ -25,12 +25,17 @@ from prefect.artifacts import (
 from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
 from flows.approval import next_batch_cost
-from postledger.failures.hints import FINAL, next_step
-from postledger.ledger import Ledger
-from postledger.progress.report import completed_share, summary_markdown
-from postledger.progress.status import progress_of, status_of, what_is_asked
-from postledger.progress.words import spend_words
-from postledger.record.models import FailureKind, Question
+from postledger.ledger import FailureKind, Ledger, Question
+from postledger.progress import (
+    FINAL,
+    completed_share,
+    next_step,
+    progress_of,
+    spend_words,
+    status_of,
+    summary_markdown,
+    what_is_asked,
+)
 from postledger.settings import Settings
 
 # The UI need not follow every batch: at most one update per this many seconds.

@@ -11,14 +11,15 @@ is an API call).
 from __future__ import annotations
 
 import queue
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from prefect.futures import PrefectFuture
 
-from postledger.trip.outcome import (
-    BatchOutcome,
+from postledger.settings import Settings
+from postledger.trip import (
+    Crashed,
+    Ended,
     HeldByBreaker,
     LedgerFailed,
     OverBudget,
@@ -33,23 +34,11 @@ from tasks.submission import process_submission
 SETTLE_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
-class Crashed:
-    """The task run broke without an outcome (see its log): one broken batch must not stop
-    the others (R17), and it is not started again in this run."""
-
-    batch_id: str
-    error: BaseException
-
-
-Ended = BatchOutcome | SubmissionEnded | Crashed
-
-
 class BatchRuns:
     """Start a batch's task run; take back the ends of those in flight."""
 
-    def __init__(self, ledger_url: str, holder: str | None = None) -> None:
-        self._ledger_url = ledger_url
+    def __init__(self, settings: Settings, ledger_url: str, holder: str | None = None) -> None:
+        self._settings, self._ledger_url = settings, ledger_url
         self._holder = holder  # the run's claim on its month, checked as each batch starts
         self._ended: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.in_flight: dict[str, PrefectFuture[Any]] = {}  # by batch or submission id
@@ -68,7 +57,7 @@ class BatchRuns:
     def start(self, batch_id: str, *, resume: bool = False) -> None:
         """`resume`: the batch was sent by an interrupted run; poll its saved task (R23)."""
         future = process_batch.submit(
-            batch_id, self._ledger_url, resume=resume, holder=self._holder
+            batch_id, self._settings, self._ledger_url, resume=resume, holder=self._holder
         )
         self.in_flight[batch_id] = future
         future.add_done_callback(lambda _future: self._ended.put(batch_id))
@@ -87,6 +76,7 @@ class BatchRuns:
         future = process_submission.submit(
             submission_id,
             batch_ids,
+            self._settings,
             self._ledger_url,
             holder=self._holder,
             job_id=job_id,
@@ -126,9 +116,13 @@ def _outcome_of(key: str, future: PrefectFuture[Any]) -> Ended:
     try:
         result = future.result(raise_on_failure=False)
     except BaseException as exc:  # the run itself broke (crashed, cancelled from outside)
-        return Crashed(key, exc)
+        return Crashed(key, _said(exc))
     if isinstance(result, _OUTCOMES):
         return result
     if isinstance(result, BaseException):
-        return Crashed(key, result)
-    return Crashed(key, RuntimeError(f"its task run ended without an outcome: {result!r}"))
+        return Crashed(key, _said(result))
+    return Crashed(key, f"its task run ended without an outcome: {result!r}")
+
+
+def _said(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

@@ -18,8 +18,8 @@ from prefect.events.actions import SendNotification
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 
-from postledger.progress.status import what_is_asked
-from postledger.record.models import Question
+from postledger.ledger import Question
+from postledger.progress import what_is_asked
 
 PAUSED_EVENT = "postledger.month.paused"
 AUTOMATION_NAME = "postledger: a monthly-posts run waits for a person"

@@ -21,26 +21,28 @@ from typing import Protocol
 from prefect import get_run_logger
 
 from flows.approval import ask_about_budget, ask_to_continue
-from flows.batch_runs import BatchRuns, Crashed, Ended
+from flows.batch_runs import BatchRuns
 from flows.due_work import plan_due_work, work_left
 from flows.phases import Finished, HeldByBudget, Phase, Sending, Stopping, WaitingForProbe
 from flows.stop_request import stop_asked
 from flows.stops import breaker_stop, ledger_stop, said
-from postledger.guards.breaker import window
-from postledger.ledger import Ledger
-from postledger.record.db import LedgerUnavailable
-from postledger.record.models import Answer, BreakerLevel, utcnow
+from postledger.errors import PostledgerError
+from postledger.ledger import Answer, BreakerLevel, Ledger, LedgerUnavailable, utcnow
 from postledger.settings import Settings
-from postledger.trip import new_submission_id
-from postledger.trip.outcome import (
+from postledger.trip import (
+    Crashed,
+    Ended,
     HeldByBreaker,
     LedgerFailed,
     OverBudget,
     Settled,
     StopsRun,
     SubmissionEnded,
+    carries_many,
+    facts_of,
+    new_submission_id,
+    window,
 )
-from postledger.upstreams import carries_many
 
 # How long the loop naps at most between looks at the ledger while posts wait.
 MAX_NAP_SECONDS = 5.0
@@ -57,7 +59,7 @@ class ShowProgress(Protocol):
     def __call__(self, *, force: bool = False) -> None: ...
 
 
-class RunStopped(RuntimeError):
+class RunStopped(PostledgerError):
     """No further batch may start in this run (R14, R19, R20); the message says what to do."""
 
 
@@ -76,7 +78,7 @@ def run_until_done(
     submission carried, to be sent again by that submission (a person said yes, R24); they go
     first. `on_progress` is called whenever batches have ended. `holder`: this run's claim on
     the month."""
-    with BatchRuns(ledger_url, holder) as runs:
+    with BatchRuns(settings, ledger_url, holder) as runs:
         dispatch = Dispatch(ledger, month, settings, runs, list(polls or []), on_progress)
         dispatch.to_resend = list(resends or [])
         return dispatch.run()
@@ -170,7 +172,7 @@ class Dispatch:
             while room > 0 and self.to_resend:
                 self.resend_next_submission()
                 room -= 1
-            most, _ = self.settings.submission_limits()
+            most = facts_of(self.settings).most_batches_per_job
             while room > 0:
                 busy = self.runs.busy() | self.crashed
                 batch_ids = self.ledger.next_to_start(self.month, most, skip=busy)
@@ -238,7 +240,7 @@ class Dispatch:
         phase = self.phase
         match end:
             case Crashed(batch_id, error):
-                self.logger.error("batch %s crashed: %s: %s", batch_id, type(error).__name__, error)
+                self.logger.error("batch %s crashed: %s", batch_id, error)
                 self.crashed.add(batch_id)
             case HeldByBreaker():
                 if isinstance(phase, Sending):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from prefect import get_run_logger
 
-from postledger.ledger import Ledger
-from postledger.record.models import PostStatus
+from postledger.ledger import Ledger, PostStatus
 from postledger.settings import Settings
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.server_logs import plain_server_logs
-from postledger.children import (
+from processes.children import (
     QuietStop,
     on_unexpected_exit,
     start_child,

@@ -18,10 +18,9 @@ from prefect import get_run_logger
 from prefect.input import RunInput
 
 from flows.approval import how_to_answer, no_answer, pause_for_answer, spent_so_far
-from postledger.guards.spend import money
-from postledger.ledger import Ledger
-from postledger.record.models import ApprovalRecord, Question
-from postledger.recovery.steps import Coverage, RecoveryAction, RecoveryPlan, coverage
+from postledger.ledger import ApprovalRecord, Ledger, Question
+from postledger.preflight import Coverage, RecoveryAction, RecoveryPlan, coverage
+from postledger.progress import money
 from postledger.settings import Settings
 
 

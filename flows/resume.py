@@ -20,14 +20,15 @@ from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
 from prefect.flow_runs import resume_flow_run
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from postledger.record.models import ApprovalRecord
+from postledger.errors import PostledgerError
+from postledger.ledger import ApprovalRecord
 
 # The run records its question, then posts an event and pauses: an answer given in between
 # finds it still running. It is waited for this long to pause, not given up on.
 PAUSE_WAIT_SECONDS = 30.0
 
 
-class NotResumed(RuntimeError):
+class NotResumed(PostledgerError):
     """The run that asked could not be resumed; the message says why."""
 
 

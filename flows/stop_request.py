@@ -49,7 +49,7 @@ def stopping_on_signals(say: Callable[[str], None]) -> Iterator[None]:
         name = "Ctrl-C" if number == signal.SIGINT else signal.Signals(number).name
         if _why:
             say(f"{name} again: stopping now. The batches in flight are left to the next run.")
-            os._exit(130)  # the children stop by their lifeline (postledger/children.py)
+            os._exit(130)  # the children stop by their lifeline (processes/children.py)
         ask_to_stop(f"{name} asked it to stop")
         say(
             f"{name}: no new batch starts; those in flight are being finished. "

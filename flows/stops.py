@@ -3,8 +3,7 @@ what to run next."""
 
 from __future__ import annotations
 
-from postledger.record.db import LedgerUnavailable
-from postledger.record.models import Answer
+from postledger.ledger import Answer, LedgerUnavailable
 from postledger.settings import Settings
 
 

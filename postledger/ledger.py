@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 from sqlmodel import Session
@@ -25,30 +25,66 @@ from postledger.defaults import SQLITE_BUSY_TIMEOUT, Price
 from postledger.failures.carry_out import carry_out
 from postledger.failures.policy import Decision
 from postledger.guards.approvals import Approvals
-from postledger.guards.breaker_state import apply_signal, check_may_start
+from postledger.guards.breaker import BreakerHeld
+from postledger.guards.breaker_state import apply_signal, breaker_holds
 from postledger.guards.charges import (
+    BudgetHeld,
     GatewayRetries,
     book_send,
+    budget_holds,
     settle,
 )
-from postledger.guards.spend import unpriced_budget
+from postledger.guards.spend import estimate, unpriced_budget
 from postledger.record.collector import collector_paused
-from postledger.record.db import BREAKERS, WriteLocks, create_schema, make_engine
+from postledger.record.db import BREAKERS, LedgerUnavailable, WriteLocks, create_schema, make_engine
 from postledger.record.migrate import check_current, current_revision
 from postledger.record.models import (
+    Answer,
+    ApprovalRecord,
     BatchRecord,
+    BatchStatus,
+    BreakerLevel,
     Charge,
     FailureKind,
     PostRecord,
+    PostStatus,
+    Question,
     SubmissionRecord,
     month_of,
     utcnow,
 )
-from postledger.record.month_lease import MonthLeases, check_holds
+from postledger.record.month_lease import MonthBusy, MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads
 from postledger.record.states import Transitions
 
-__all__ = ["Ledger", "PlanReport", "SyncReport", "open_ledger"]
+# The façade, and what its callers name: the records' kinds, and the errors it raises.
+__all__ = [
+    "Answer",
+    "ApprovalRecord",
+    "BatchStatus",
+    "BreakerHeld",
+    "BreakerLevel",
+    "BudgetHeld",
+    "FailureKind",
+    "Ledger",
+    "LedgerUnavailable",
+    "MonthBusy",
+    "PlanReport",
+    "PostStatus",
+    "Question",
+    "Started",
+    "SyncReport",
+    "open_ledger",
+    "utcnow",
+]
+
+
+class Started(NamedTuple):
+    """A batch marked running: it may be sent now. Its posts, as they were marked."""
+
+    batch: BatchRecord
+    posts: list[PostRecord]
+
 
 _shared: dict[str, Ledger] = {}
 _shared_guard = threading.Lock()
@@ -145,14 +181,12 @@ class Ledger(LedgerReads):
         max_cost: int | None = None,
         holder: str | None = None,
         max_attempts: int | None = None,
-    ) -> tuple[BatchRecord, list[PostRecord]]:
+    ) -> Started | BreakerHeld | BudgetHeld:
         """Persist the intent to pay before paying (R3): the batch and its posts `running`,
-        each post's business attempt counted. Only after this returns may the AI be called.
-        With `upstream`, its breaker is asked first, in the same transaction: `BreakerHeld`
-        when it does not let the batch start (R18), and nothing is changed.
-
-        With `max_cost`, the month's budget is asked too: `BudgetHeld`, and nothing changed,
-        when a new charge could cross it.
+        each post's business attempt counted. Only after this returns `Started` may the AI be
+        called. With `upstream`, its breaker is asked first, in the same transaction; with
+        `max_cost`, the month's budget too: when either holds the batch (R18, R52), that is
+        returned and nothing is changed.
 
         A batch sent again with its same idempotency key is the same attempt when the upstream
         honours keys (it charges a key once); otherwise it is a new attempt.
@@ -167,15 +201,22 @@ class Ledger(LedgerReads):
             batch = self._batch(session, batch_id)
             if upstream is not None:
                 self._locks.also(session, BREAKERS)
-                check_may_start(session, upstream, batch)
-            posts = sending.start(session, moves, batch, upstream=upstream, holder=holder)
+                if (breaker := breaker_holds(session, upstream, batch)) is not None:
+                    return breaker
             # A new attempt, unless sent again under its key to an upstream that honours it (R35).
             first = batch.charge is Charge.NONE or not idempotent
+            estimated = None
+            if first and price is not None:
+                estimated = estimate(price, prompt, sending.texts_to_send(session, batch))
+            budget = budget_holds(session, month, estimated, max_cost) if first else None
+            if budget is not None:
+                return budget
+            posts = sending.start(session, moves, batch, upstream=upstream, holder=holder)
             if first and max_attempts is not None:
                 sending.check_caps(batch, posts, max_attempts)
-            book_send(session, batch, first=first, price=price, prompt=prompt, max_cost=max_cost)
+            book_send(session, batch, first=first, estimated=estimated)
             sending.count_attempts(moves, batch, posts, first=first)
-        return batch, posts
+        return Started(batch, posts)
 
     def record_task_id(
         self,
@@ -341,6 +382,15 @@ class Ledger(LedgerReads):
         now = now or utcnow()
         with self._write(month) as (session, moves):
             return planning.release_due(session, moves, month, now)
+
+    def next_batch_estimate(self, month: str, price: Price, prompt: str) -> tuple[str, int] | None:
+        """The next batch to send and what it is estimated to cost (micro-units), for a
+        question that asks whether to go on; None when nothing is waiting."""
+        next_ids = self.next_to_start(month, 1)
+        if not next_ids:
+            return None
+        texts = [post.text for post in self.posts_of(next_ids[0])]
+        return next_ids[0], estimate(price, prompt, texts)
 
     def retry_failed(self, month: str, kinds: set[FailureKind] | None = None) -> int:
         """A person's decision: failed posts (of these kinds) are planned again."""

@@ -1,22 +1,66 @@
-"""What is checked before a run marks anything `running`: the upstream, its key, the price a
+"""Before a month's first trip: its posts read and checked, the configuration checked, and what
+earlier runs left (spilled records, saved outputs, interrupted batches) taken back.
+
+What is checked before a run marks anything `running`: the upstream, its key, the price a
 budget needs, and where the spill files go. A configuration error found here touches nothing
-and ends the run with the fix; found later, it would leave paid-looking batches behind (R33)."""
+and ends the run with the fix; found later, it would leave paid-looking batches behind (R33).
+"""
 
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
+from postledger.batches.posts import (
+    InputError,
+    Post,
+    default_posts_path,
+    load_posts,
+    parse_month,
+    previous_month,
+)
+from postledger.errors import PostledgerError
 from postledger.guards.spend import unpriced_budget
-from postledger.settings import Settings, UpstreamKind
-from postledger.upstreams import UpstreamNotConfigured, check_configured
+from postledger.recovery.interrupted import (
+    Adoption,
+    adopt_orphans,
+    finish_saved_outputs,
+    import_spills,
+)
+from postledger.recovery.steps import (
+    Coverage,
+    RecoveryAction,
+    RecoveryPlan,
+    coverage,
+    recovery_plan,
+)
+from postledger.settings import Settings
+from postledger.upstreams import UpstreamNotConfigured, check_configured, needs_key
 
-LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+__all__ = [
+    "Adoption",
+    "Coverage",
+    "InputError",
+    "NotReady",
+    "Post",
+    "RecoveryAction",
+    "RecoveryPlan",
+    "adopt_orphans",
+    "check_ready",
+    "coverage",
+    "default_posts_path",
+    "finish_saved_outputs",
+    "import_spills",
+    "load_posts",
+    "parse_month",
+    "previous_month",
+    "problems_of",
+    "recovery_plan",
+]
 
 
-class NotReady(ValueError):
+class NotReady(PostledgerError):
     """The run cannot start as configured; the message lists each problem with its fix."""
 
 
@@ -27,7 +71,7 @@ def problems_of(settings: Settings) -> list[str]:
         check_configured(settings)
     except UpstreamNotConfigured as exc:
         problems.append(str(exc))
-    if _needs_key(settings) and settings.api_key is None:
+    if needs_key(settings) and settings.api_key is None:
         problems.append(
             f"no API key for {settings.upstream_url}: set POSTLEDGER_API_KEY, or the api_key "
             "of the postledger-upstream block"
@@ -42,13 +86,6 @@ def check_ready(settings: Settings) -> None:
     """Raise `NotReady` if any problem would stop a batch."""
     if problems := problems_of(settings):
         raise NotReady("; and ".join(problems))
-
-
-def _needs_key(settings: Settings) -> bool:
-    """OpenAI-style services want a key; a server on this machine (vLLM, Ollama) may not."""
-    if settings.upstream_kind is UpstreamKind.TASK_API or not settings.upstream_url:
-        return False
-    return urlsplit(settings.upstream_url).hostname not in LOOPBACK
 
 
 def _spill_problems(settings: Settings) -> list[str]:

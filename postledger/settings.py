@@ -1,15 +1,12 @@
 """All settings in one pydantic-settings model, read from `POSTLEDGER_*` variables.
 
-Prefect Blocks (`blocks/`) fill the same model: a flow run loads its blocks once and puts the
-result in force for everything it runs (`in_force`), so the core never asks where a value came
-from, and a secret never travels as a task parameter.
+Prefect Blocks (`blocks/`) fill the same model: a flow run builds its settings once, from its
+blocks or the environment, and passes them to everything it runs, so the core never asks where
+a value came from. A key is a `SecretStr`: passed along, never shown, logged or persisted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -28,6 +25,8 @@ from postledger.defaults import (
     month_file,
     sqlite_file,
 )
+
+__all__ = ["MAX_IN_FLIGHT", "Limits", "Price", "Settings", "UpstreamKind"]
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,6 @@ class UpstreamKind(StrEnum):
     OPENAI_BATCH = "openai_batch"  # the OpenAI Batch API: {base}/files + {base}/batches
     ANTHROPIC_MESSAGES = "anthropic_messages"  # POST {root}/v1/messages: synchronous, no id
     ANTHROPIC_BATCH = "anthropic_batch"  # POST {root}/v1/messages/batches: polled, no metadata
-
-    def base_url_of(self, root: str) -> str:
-        """The base URL of this kind for a server at `root`: OpenAI's kinds take the base URL
-        with its version path (as the openai SDK's base_url), the others the root."""
-        if self in (UpstreamKind.OPENAI_CHAT, UpstreamKind.OPENAI_BATCH):
-            return f"{root}/v1"
-        return root
 
 
 class Settings(BaseSettings):
@@ -234,29 +226,6 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else value
 
-    def wait_deadline(self) -> float:
-        """Seconds to wait for one upstream task. A Batch API batch may take its whole
-        completion window (a Message Batch: 24 h): giving up sooner would leave its paid
-        results unread."""
-        if self.upstream_kind is UpstreamKind.OPENAI_BATCH:
-            return max(self.task_deadline, _seconds(self.completion_window) + 3600)
-        if self.upstream_kind is UpstreamKind.ANTHROPIC_BATCH:
-            return max(self.task_deadline, _seconds("24h") + 3600)
-        return self.task_deadline
-
-    def submission_limits(self) -> tuple[int, int]:
-        """The most batches (request lines) and bytes one upstream job may carry."""
-        lines, size = _JOB_LIMITS.get(self.upstream_kind, (1, 0))
-        return min(lines, self.max_submission_batches or lines), size
-
-    def honours_keys(self) -> bool:
-        """Whether a create sent again under the same idempotency key can never pay twice."""
-        if self.upstream_kind is UpstreamKind.TASK_API:
-            return self.upstream_idempotent
-        # Chat completions take no keys; the Batch API's listing may not show a batch made a
-        # moment ago, so looking it up first is no guarantee.
-        return False
-
     def simulated(self) -> bool:
         """Whether the upstream is `postledger run`'s bundled simulator: nothing is paid."""
         return self.breaker_name() == BUNDLED_SIMULATOR
@@ -290,38 +259,3 @@ class Settings(BaseSettings):
     def resolved_database_url(self, *, create_folder: bool = True) -> str:
         """The ledger's URL: POSTLEDGER_DATABASE_URL, or SQLite at ./.postledger/ledger.db."""
         return ledger_url(self.database_url, create_folder=create_folder)
-
-
-# The providers' documented limits of one job: OpenAI's Batch API takes 50 000 requests and
-# 200 MB per input file; Anthropic's Message Batches, 100 000 requests and 256 MB per batch.
-_JOB_LIMITS = {
-    UpstreamKind.OPENAI_BATCH: (50_000, 200 * 1024 * 1024),
-    UpstreamKind.ANTHROPIC_BATCH: (100_000, 256 * 1024 * 1024),
-}
-
-
-def _seconds(window: str) -> float:
-    """'24h', '90m', '3600s' (OpenAI's completion windows) in seconds; unknown: 24 h."""
-    units = {"h": 3600, "m": 60, "s": 1}
-    number, unit = window[:-1], window[-1:]
-    return float(number) * units[unit] if number.isdigit() and unit in units else 86_400.0
-
-
-_IN_FORCE: ContextVar[Settings | None] = ContextVar("postledger_settings", default=None)
-
-
-@contextmanager
-def in_force(settings: Settings) -> Iterator[Settings]:
-    """Make `settings` what `current_settings()` returns in this context — and in the task
-    threads it starts, since Prefect's thread pool copies the context into each task."""
-    token = _IN_FORCE.set(settings)
-    try:
-        yield settings
-    finally:
-        _IN_FORCE.reset(token)
-
-
-def current_settings() -> Settings:
-    """The settings of the flow run this code runs in; outside one, the `POSTLEDGER_*`
-    variables."""
-    return _IN_FORCE.get() or Settings()

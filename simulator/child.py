@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from postledger.children import start_child, stop_child, wait_answering
+from processes.children import start_child, stop_child, wait_answering
 
 READY_PREFIX = "postledger simulator listening on "
 
@@ -52,7 +52,7 @@ def starting_simulator(
     startup_timeout: float = 30,
 ) -> Iterator[StartingSimulator]:
     """Start `postledger sim serve` on a free loopback port without waiting for it; stopped on
-    leaving, and when this process dies (`postledger.children.start_child`, which starts it in
+    leaving, and when this process dies (`processes.children.start_child`, which starts it in
     a session of its own: a Ctrl-C reaches only its parent, which stops it when done)."""
     args = [
         sys.executable,

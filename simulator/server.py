@@ -8,7 +8,7 @@ import socket
 
 import uvicorn
 
-from postledger.children import QuietStop, watch_parent
+from processes.children import QuietStop, watch_parent
 from simulator.app import create_app
 from simulator.child import READY_PREFIX
 from simulator.faults import FaultPlan, Faults

@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 
 from postledger.ledger import open_ledger
-from postledger.settings import current_settings
+from postledger.settings import Settings
 from postledger.trip import Trip, run_batch
 from tasks.outcome import final_state
 from tasks.port import PrefectPort
@@ -21,9 +21,8 @@ from tasks.port import PrefectPort
 BATCH_TAG = "ai-batch"
 
 
-def trip_in_this_run(ledger_url: str, holder: str | None) -> Trip:
-    """What a trip needs, from the flow run it runs in: its settings, its ledger, its log."""
-    settings = current_settings()
+def trip_in_this_run(settings: Settings, ledger_url: str, holder: str | None) -> Trip:
+    """What a trip needs in the flow run it runs in: the run's settings, its ledger, its log."""
     return Trip(
         open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout),
         settings,
@@ -41,10 +40,14 @@ def trip_in_this_run(ledger_url: str, holder: str | None) -> Trip:
     persist_result=False,
 )
 async def process_batch(
-    batch_id: str, ledger_url: str, resume: bool = False, holder: str | None = None
+    batch_id: str,
+    settings: Settings,
+    ledger_url: str,
+    resume: bool = False,
+    holder: str | None = None,
 ) -> State[Any]:
     """Send the batch and see it through. With `resume`, the batch was sent by an earlier,
     interrupted run and its upstream task id is saved: follow that task, send nothing (R23).
     `holder`: the run's claim on the month, the fence of every write of the trip (R34)."""
-    trip = trip_in_this_run(ledger_url, holder)
+    trip = trip_in_this_run(settings, ledger_url, holder)
     return final_state(await run_batch(trip, batch_id, resume=resume))

@@ -9,8 +9,8 @@ from typing import Any
 from prefect.client.schemas.objects import State
 from prefect.states import Cancelled, Completed, Failed
 
-from postledger.record.models import BatchStatus, FailureKind
-from postledger.trip.outcome import (
+from postledger.ledger import BatchStatus, FailureKind
+from postledger.trip import (
     BatchOutcome,
     HeldByBreaker,
     LedgerFailed,

@@ -10,11 +10,17 @@ from typing import Any
 from prefect import Task
 
 from postledger.settings import Settings
-from postledger.trip import UpstreamFacts
-from postledger.trip.one_call import no_verdict_of
-from postledger.upstreams import facts_of
-from postledger.upstreams.calls import Created, Found, JobLook, Look, NoVerdict
-from postledger.upstreams.errors import TransportError
+from postledger.trip import (
+    Created,
+    Found,
+    JobLook,
+    Look,
+    NoVerdict,
+    TransportError,
+    UpstreamFacts,
+    facts_of,
+    no_verdict_of,
+)
 from tasks.upstream_calls import (
     create_upstream_task,
     find_upstream_job,
@@ -35,17 +41,27 @@ class PrefectPort:
         self, batch_id: str, posts: Sequence[tuple[str, str]], idempotency_key: str
     ) -> Created:
         call = with_request_retries(create_upstream_task, self._settings)
-        made: Created = await call(batch_id, posts, idempotency_key, self._ledger_url, self._holder)
+        made: Created = await call(
+            batch_id, posts, idempotency_key, self._settings, self._ledger_url, self._holder
+        )
         return made
 
     async def wait(self, batch_id: str, task_id: str, seconds: float) -> Look:
         seen: Look = await self._read(
-            wait_for_upstream_task, batch_id, task_id, seconds, self._ledger_url, self._holder
+            wait_for_upstream_task,
+            batch_id,
+            task_id,
+            seconds,
+            self._settings,
+            self._ledger_url,
+            self._holder,
         )
         return seen
 
     async def find_task(self, batch_id: str, idempotency_key: str) -> Found | NoVerdict:
-        found: Found | NoVerdict = await self._read(find_upstream_task, batch_id, idempotency_key)
+        found: Found | NoVerdict = await self._read(
+            find_upstream_task, batch_id, idempotency_key, self._settings
+        )
         return found
 
     async def submit(
@@ -56,7 +72,7 @@ class PrefectPort:
     ) -> Created:
         call = with_request_retries(submit_upstream_job, self._settings)
         made: Created = await call(
-            submission_id, lines, idempotency_key, self._ledger_url, self._holder
+            submission_id, lines, idempotency_key, self._settings, self._ledger_url, self._holder
         )
         return made
 
@@ -69,6 +85,7 @@ class PrefectPort:
             job_id,
             batch_ids,
             seconds,
+            self._settings,
             self._ledger_url,
             self._holder,
         )
@@ -76,7 +93,7 @@ class PrefectPort:
 
     async def find_job(self, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
         found: Found | NoVerdict = await self._read(
-            find_upstream_job, submission_id, idempotency_key
+            find_upstream_job, submission_id, idempotency_key, self._settings
         )
         return found
 

@@ -12,6 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 
+from postledger.settings import Settings
 from postledger.trip import run_submission
 from tasks.batch import BATCH_TAG, trip_in_this_run
 from tasks.outcome import submission_state
@@ -27,6 +28,7 @@ from tasks.outcome import submission_state
 async def process_submission(
     submission_id: str,
     batch_ids: list[str],
+    settings: Settings,
     ledger_url: str,
     holder: str | None = None,
     job_id: str | None = None,
@@ -38,6 +40,6 @@ async def process_submission(
     this submission and a person said send them again: its job is looked for first, and only
     if none was made are they sent, under the same key (R24). `holder`: the run's claim on the
     month (R34)."""
-    trip = trip_in_this_run(ledger_url, holder)
+    trip = trip_in_this_run(settings, ledger_url, holder)
     ended = await run_submission(trip, submission_id, batch_ids, job_id=job_id, resend=resend)
     return submission_state(ended)

@@ -17,11 +17,10 @@ from prefect.runtime import task_run as current_task_run
 from prefect.tasks import exponential_backoff
 
 from postledger.ledger import open_ledger
-from postledger.recovery.interrupted import Adoption, adopt_orphans
-from postledger.settings import Settings, current_settings
-from postledger.trip import REAL_CLOCK, one_call
-from postledger.upstreams import upstream_for
-from postledger.upstreams.calls import (
+from postledger.preflight import Adoption, adopt_orphans
+from postledger.settings import Settings
+from postledger.trip import (
+    REAL_CLOCK,
     Created,
     CreateRequest,
     Found,
@@ -29,8 +28,14 @@ from postledger.upstreams.calls import (
     JobRequest,
     Look,
     NoVerdict,
+    TransportError,
+    count_request_retry,
+    create_task,
+    submit_job,
+    upstream_for,
+    wait_for_job,
+    wait_for_task,
 )
-from postledger.upstreams.errors import TransportError
 
 
 def retry_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -68,7 +73,7 @@ def _count_retry(ledger_url: str, batch_id: str, settings: Settings, holder: str
     """A request retry is counted before it is made (R16), on the batch's ledger row."""
     if current_task_run.run_count > 1:
         ledger = open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout)
-        one_call.count_request_retry(ledger, settings, batch_id, holder)
+        count_request_retry(ledger, settings, batch_id, holder)
 
 
 @task(name="create-upstream-task", task_run_name="create {batch_id}", **ONE_CALL)
@@ -76,29 +81,33 @@ async def create_upstream_task(
     batch_id: str,
     posts: Sequence[tuple[str, str]],
     idempotency_key: str,
+    settings: Settings,
     ledger_url: str,
     holder: str | None = None,
 ) -> Created:
     """Create (and pay for) the upstream task of a batch. A synchronous upstream answers with
     the answer itself. Retried only when that cannot pay twice: the request never left, or
     the upstream honours the idempotency key that every create carries."""
-    settings = current_settings()
     _count_retry(ledger_url, batch_id, settings, holder)
     request = CreateRequest(batch_id, settings.model, settings.prompt, posts, idempotency_key)
     async with upstream_for(settings) as client:
-        return await one_call.create(client, request)
+        return await create_task(client, request)
 
 
 @task(name="wait-for-upstream-task", task_run_name="wait {batch_id}", **ONE_CALL)
 async def wait_for_upstream_task(
-    batch_id: str, task_id: str, seconds: float, ledger_url: str, holder: str | None = None
+    batch_id: str,
+    task_id: str,
+    seconds: float,
+    settings: Settings,
+    ledger_url: str,
+    holder: str | None = None,
 ) -> Look:
     """Look at the upstream task until it ends, a look gives no verdict, or `seconds` pass.
     Looking never pays, so it is always safe to retry."""
-    settings = current_settings()
     _count_retry(ledger_url, batch_id, settings, holder)
     async with upstream_for(settings) as client:
-        return await one_call.wait_for_task(
+        return await wait_for_task(
             client,
             task_id,
             seconds,
@@ -109,10 +118,12 @@ async def wait_for_upstream_task(
 
 
 @task(name="find-upstream-task", task_run_name="find {batch_id}", **ONE_CALL)
-async def find_upstream_task(batch_id: str, idempotency_key: str) -> Found | NoVerdict:
+async def find_upstream_task(
+    batch_id: str, idempotency_key: str, settings: Settings
+) -> Found | NoVerdict:
     """The upstream task made for this batch and key, looked for by its metadata. Listing
     never pays."""
-    async with upstream_for(current_settings()) as client:
+    async with upstream_for(settings) as client:
         return await client.find_task(batch_id=batch_id, idempotency_key=idempotency_key)
 
 
@@ -121,17 +132,17 @@ async def submit_upstream_job(
     submission_id: str,
     lines: Sequence[tuple[str, Sequence[tuple[str, str]]]],
     idempotency_key: str,
+    settings: Settings,
     ledger_url: str,
     holder: str | None = None,
 ) -> Created:
     """Create (and pay for) the upstream job of a submission, one request line per ledger
     batch. Retried only when that cannot pay twice, as a create is. A request retry is
     counted on the submission's first batch (R16)."""
-    settings = current_settings()
     _count_retry(ledger_url, lines[0][0], settings, holder)
     job = JobRequest(submission_id, settings.model, settings.prompt, lines, idempotency_key)
     async with upstream_for(settings) as client:
-        return await one_call.submit(client, job)
+        return await submit_job(client, job)
 
 
 @task(name="wait-for-upstream-job", task_run_name="wait {submission_id}", **ONE_CALL)
@@ -140,15 +151,15 @@ async def wait_for_upstream_job(
     job_id: str,
     batch_ids: Sequence[str],
     seconds: float,
+    settings: Settings,
     ledger_url: str,
     holder: str | None = None,
 ) -> JobLook:
     """Look at the submission's job until it ends, a look gives no verdict, or `seconds`
     pass; once it ended, each ledger batch's own line. Looking never pays."""
-    settings = current_settings()
     _count_retry(ledger_url, batch_ids[0], settings, holder)
     async with upstream_for(settings) as client:
-        return await one_call.wait_for_job(
+        return await wait_for_job(
             client,
             job_id,
             batch_ids,
@@ -159,21 +170,24 @@ async def wait_for_upstream_job(
 
 
 @task(name="find-upstream-job", task_run_name="find {submission_id}", **ONE_CALL)
-async def find_upstream_job(submission_id: str, idempotency_key: str) -> Found | NoVerdict:
+async def find_upstream_job(
+    submission_id: str, idempotency_key: str, settings: Settings
+) -> Found | NoVerdict:
     """The upstream job made for this submission and key, looked for by its metadata.
     Listing never pays."""
-    async with upstream_for(current_settings()) as client:
+    async with upstream_for(settings) as client:
         return await client.find_job(submission_id=submission_id, idempotency_key=idempotency_key)
 
 
 @task(name="adopt-orphaned-tasks", task_run_name="adopt orphans {month}", **ONE_CALL)
-async def adopt_orphaned_tasks(month: str, ledger_url: str, holder: str | None = None) -> Adoption:
+async def adopt_orphaned_tasks(
+    month: str, settings: Settings, ledger_url: str, holder: str | None = None
+) -> Adoption:
     """Interrupted batches with no task id saved whose upstream task is found by its
     metadata: the id is saved, so recovery polls that task instead of asking to resubmit.
     Each search is a task run of its own, with the request retries; listing never pays."""
     from tasks.port import PrefectPort  # the port's calls are this module's tasks
 
-    settings = current_settings()
     port = PrefectPort(settings, ledger_url, holder)
     ledger = open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout)
     return await adopt_orphans(ledger, month, port, holder=holder)

@@ -1,7 +1,7 @@
 """Shared fixtures: each pytest worker's own local Prefect server (started at the first test
 that asks), a real simulator per test over loopback HTTP, a real ledger per test (a SQLite file,
 or a fresh PostgreSQL database in the suite's PostgreSQL pass), and the session hooks that end
-every process and drop every database the tests started (see `tests/helpers.py`).
+every process and drop every database the tests started (see `tests/support/`).
 
 The environment is fixed before Prefect is imported, so nothing reaches the network or the
 home folder.
@@ -43,31 +43,18 @@ import json  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Iterable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
 from postledger.ledger import Ledger, open_ledger  # noqa: E402
-from tests import helpers  # noqa: E402
-
-# Besides what the fixtures use, what tests imported from here before tests/helpers.py held
-# it: kept for modules not yet switched (and tests/test_money_model.py imports this file
-# first on purpose, see bench/money_model.py).
-from tests.helpers import LEDGER_ON_POSTGRES as LEDGER_ON_POSTGRES  # noqa: E402
-from tests.helpers import (  # noqa: E402, F401
-    PG_ADMIN_URL,
-    REPO,
-    Sim,
-    ai_batch_slots_taken,
-    fast_timings,
-    ledger_text,
-    sqlite_ledger_only,
-    start_sim,
-    task_runs_of,
-    write_jsonl,
-)
+from tests.support import databases, processes, session  # noqa: E402
+from tests.support.ledger_backend import LEDGER_ON_POSTGRES, PG_ADMIN_URL  # noqa: E402
+from tests.support.ledgers import assert_post_counts_kept  # noqa: E402
+from tests.support.prefect_api import local_prefect_api  # noqa: E402
+from tests.support.simulators import SIMULATORS, Sim, fast_timings, start_sim  # noqa: E402
 
 atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 
@@ -77,27 +64,27 @@ atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller began the run
-        helpers.join_run()
+        processes.join_run()
     else:
-        helpers.begin_run()
-        helpers.drop_leftover_databases()  # of runs killed before they could (over 1 h old)
+        processes.begin_run()
+        databases.drop_leftover_databases()  # of runs killed before they could (over 1 h old)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # After the session's fixtures were torn down: the simulators kept for reuse, and
     # whatever a test left running.
-    helpers.SIMULATORS.close()
-    helpers.end_own_processes(registered_only=not hasattr(session.config, "workerinput"))
+    SIMULATORS.close()
+    processes.end_own_processes(registered_only=not hasattr(session.config, "workerinput"))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
-        helpers.end_own_processes()
-        helpers.drop_own_databases()
+        processes.end_own_processes()
+        databases.drop_own_databases()
     else:  # last of all, once the workers are gone
-        helpers.end_run()
+        session.end_run()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -130,11 +117,15 @@ def _cpu_seconds() -> float:
 
 @pytest.hookimpl(tryfirst=True)  # before `-k` and `-m` deselect: every case is seen
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PostgreSQL pass runs what PostgreSQL can decide differently: every test of the ledger
+    """Every test is marked with its house (`_mark_houses`), so that `-m unit` (`ledger`,
+    `flow`) runs one alone.
+
+    The PostgreSQL pass runs what PostgreSQL can decide differently: every test of the ledger
     itself (outside tests/flow/, those using `ledger_url`), and of the whole runs in tests/flow/
     the ones marked `on_postgres`: a month, crashes and takeovers across processes, the lease,
     ledger failures and the spill, the figures read back. The other whole runs check what the
     flow, Prefect or the upstream does; what they write, those runs write here too."""
+    _mark_houses(items)
     _group_for_xdist(config, items)
     _check_on_postgres_ids(items)
     if not LEDGER_ON_POSTGRES:
@@ -146,10 +137,57 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+# The houses, by what a test needs, each also a marker of its name: tests/unit/, the pure rules
+# (no database file, no server, no subprocess but `git ls-files` to read the code, nothing that
+# imports Prefect); tests/ledger/, a real ledger (a SQLite file or PostgreSQL) and maybe a
+# simulator, no Prefect; tests/flow/, Prefect (its servers, flows run, or code of the shell
+# that imports it).
+HOUSES = ("unit", "ledger", "flow")
+_TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist starts its workers
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A test file below tests/ in none of the houses is refused before anything starts (under
+    xdist, a worker's refusal at collection would only be an internal error). The tests
+    collected are checked again (`_mark_houses`)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    found = {
+        path for pattern in session.config.getini("python_files") for path in _TESTS.rglob(pattern)
+    }
+    _refuse_houseless(str(path.relative_to(_TESTS.parent)) for path in found if not _house_of(path))
+
+
+def _house_of(path: Path) -> str | None:
+    try:
+        parts = path.resolve().relative_to(_TESTS).parts
+    except ValueError:  # not under tests/ at all
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in HOUSES else None
+
+
+def _mark_houses(items: list[pytest.Item]) -> None:
+    """Each test marked with its house; a test in none of them is refused, so that a new one
+    cannot land where `-m` would never select it."""
+    houses = {item: _house_of(item.path) for item in items}
+    _refuse_houseless(item.nodeid.split("::")[0] for item, house in houses.items() if not house)
+    for item, house in houses.items():
+        item.add_marker(str(house))
+
+
+def _refuse_houseless(paths: Iterable[str]) -> None:
+    if houseless := sorted(set(paths)):
+        raise pytest.UsageError(
+            "tests outside tests/unit/, tests/ledger/ and tests/flow/ (move each to the house "
+            f"that fits what it needs, see tests/conftest.py): {', '.join(houseless)}"
+        )
+
+
 def _runs_on_postgres(item: pytest.Item) -> bool:
     if "ledger_url" not in getattr(item, "fixturenames", ()):
         return False
-    if item.path.parent.name != "flow":
+    if _house_of(item.path) != "flow":
         return True
     marker = item.get_closest_marker("on_postgres")
     if marker is None:
@@ -213,7 +251,7 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """This worker's Prefect API for the flows a test runs in its own process: the project's
     local server (`flows/local_server.py`, as `postledger run` starts it), on a PREFECT_HOME of
     its own, started at the first test that asks and stopped at the session's end."""
-    with helpers.local_prefect_api(tmp_path_factory.mktemp("prefect-api-home")):
+    with local_prefect_api(tmp_path_factory.mktemp("prefect-api-home")):
         yield
 
 
@@ -222,7 +260,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One `prefect server start` per pytest worker (a `tests.prefect_server.PrefectServer`), on
     a fresh PostgreSQL database where one answers (required under CI), else on SQLite. Tests
     that use it run their flows in child processes with `server.client_env()`."""
-    from tests.prefect_server import shared_prefect_server
+    from tests.support.prefect_server import shared_prefect_server
 
     home = tmp_path_factory.mktemp("prefect-server")
     with shared_prefect_server(home, require_postgres=bool(os.environ.get("CI"))) as server:
@@ -237,19 +275,19 @@ def ledger_url(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
     """One test's ledger: a SQLite file in its folder or, in the PostgreSQL pass, a fresh
-    database holding an empty ledger (`helpers.fresh_ledger_database`), dropped afterwards.
+    database holding an empty ledger (`databases.fresh_ledger_database`), dropped afterwards.
     The spill file (R20) goes to the test's folder either way."""
     if not LEDGER_ON_POSTGRES:
         url = f"sqlite:///{tmp_path / 'ledger.db'}"
         monkeypatch.setenv("POSTLEDGER_DATABASE_URL", url)
         yield url
-        helpers.assert_post_counts_kept(url)
+        assert_post_counts_kept(url)
         return
-    with helpers.fresh_ledger_database(request.getfixturevalue("pg_server")) as url:
+    with databases.fresh_ledger_database(request.getfixturevalue("pg_server")) as url:
         monkeypatch.setenv("POSTLEDGER_SPILL_PATH", str(tmp_path / "ledger.db.spill.jsonl"))
         monkeypatch.setenv("POSTLEDGER_DATABASE_URL", url)
         yield url
-        helpers.assert_post_counts_kept(url)
+        assert_post_counts_kept(url)
 
 
 @pytest.fixture
@@ -260,7 +298,7 @@ def ledger(ledger_url: str) -> Ledger:
 @pytest.fixture(scope="session")
 def pg_server() -> str:
     """The admin URL of the local PostgreSQL; skipped where there is none (CI must have one)."""
-    if not helpers.postgres_available(PG_ADMIN_URL):
+    if not databases.postgres_available(PG_ADMIN_URL):
         if os.environ.get("CI"):
             raise RuntimeError(f"no PostgreSQL at {PG_ADMIN_URL}")
         pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}")
@@ -270,9 +308,9 @@ def pg_server() -> str:
 @pytest.fixture
 def pg_ledger_url(pg_server: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    with helpers.fresh_database("postledger_test", pg_server) as url:
+    with databases.fresh_database("postledger_test", pg_server) as url:
         yield url
-        helpers.assert_post_counts_kept(url)
+        assert_post_counts_kept(url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -280,7 +318,7 @@ def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'ledger.db'}"
         yield url
-        helpers.assert_post_counts_kept(url)
+        assert_post_counts_kept(url)
         return
     yield request.getfixturevalue("pg_ledger_url")  # checked by that fixture
 
@@ -318,6 +356,6 @@ def faulty(
 
 @pytest.fixture
 def fast_retries(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Quick timings for a module's tests (`helpers.fast_timings`): its `FAST_TIMINGS` dict
+    """Quick timings for a module's tests (`simulators.fast_timings`): its `FAST_TIMINGS` dict
     of settings by field name. Used by `pytestmark = pytest.mark.usefixtures(...)`."""
-    helpers.fast_timings(monkeypatch, **getattr(request.module, "FAST_TIMINGS", {}))
+    fast_timings(monkeypatch, **getattr(request.module, "FAST_TIMINGS", {}))

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from postledger.errors import PostledgerError
 from postledger.record.collector import collector_paused
 
 MONTH_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -39,7 +40,7 @@ class Problem:
     fix: str
 
 
-class InputError(ValueError):
+class InputError(PostledgerError):
     """The posts file (or the month) cannot be used; the message lists every problem found."""
 
     def __init__(self, source: str, problems: list[Problem]) -> None:

@@ -7,6 +7,7 @@ was. Only a batch's *final* transport failure counts — request retries inside 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from postledger.record.kinds import BreakerLevel
@@ -26,8 +27,12 @@ OPENED_BECAUSE = (
 )
 
 
-class BreakerHeld(RuntimeError):
-    """The breaker does not let this batch start now; it stays queued and nothing was paid."""
+@dataclass(frozen=True)
+class BreakerHeld:
+    """The breaker does not let this batch start now; it stays queued and nothing was paid.
+    A value, not an error: holding a batch is the breaker doing its job."""
+
+    reason: str
 
 
 def level_after(level: BreakerLevel, signal: Signal) -> BreakerLevel:

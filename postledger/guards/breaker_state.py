@@ -1,6 +1,6 @@
 """A breaker's state in the ledger, changed in a write transaction that holds the breakers'
 lock: a batch's outcome counted (`apply_signal`), and whether a batch may start now
-(`check_may_start`). The rules it applies are in `breaker.py`."""
+(`breaker_holds`). The rules it applies are in `breaker.py`."""
 
 from __future__ import annotations
 
@@ -54,15 +54,15 @@ def apply_signal(
     return breaker
 
 
-def check_may_start(session: Session, upstream: str, batch: BatchRecord) -> None:
-    """Raise `BreakerHeld` unless the breaker lets `batch` start now.
+def breaker_holds(session: Session, upstream: str, batch: BatchRecord) -> BreakerHeld | None:
+    """Why the breaker does not let `batch` start now; None when it does.
 
     In probe, one batch of the upstream at a time, across every month and run (R18): the one
     sent since the breaker went to probe by a run that still holds its month. (A batch left
     running by a dead run is interrupted, not in flight: its outcome is for recovery.)"""
     breaker = breaker_for_update(session, upstream)
     if breaker.level is BreakerLevel.OPEN:
-        raise BreakerHeld(f"the breaker of {upstream} is open: {breaker.reason}")
+        return BreakerHeld(f"the breaker of {upstream} is open: {breaker.reason}")
     if breaker.level is BreakerLevel.PROBE:
         live_run = and_(
             col(MonthRunRecord.month) == col(BatchRecord.month),
@@ -80,4 +80,5 @@ def check_may_start(session: Session, upstream: str, batch: BatchRecord) -> None
             )
         ).first()
         if probing is not None:
-            raise BreakerHeld(f"the breaker of {upstream} is probing with {probing}")
+            return BreakerHeld(f"the breaker of {upstream} is probing with {probing}")
+    return None

@@ -35,8 +35,12 @@ WASTING = frozenset(
 )
 
 
-class BudgetHeld(RuntimeError):
-    """The batch would take the month past its budget; it stays queued and nothing was paid."""
+@dataclass(frozen=True)
+class BudgetHeld:
+    """The batch would take the month past its budget; it stays queued and nothing was paid.
+    A value, not an error: holding a batch is the budget doing its job."""
+
+    reason: str
 
 
 def committed(session: Session, month: str) -> int:
@@ -49,12 +53,16 @@ def committed(session: Session, month: str) -> int:
     return total
 
 
-def check_budget(session: Session, month: str, estimated: int | None, max_cost: int) -> None:
-    """Raise `BudgetHeld` if starting a batch of cost `estimated` could cross `max_cost`,
-    unless a person said go on for this month."""
+def budget_holds(
+    session: Session, month: str, estimated: int | None, max_cost: int | None
+) -> BudgetHeld | None:
+    """Why starting a batch of cost `estimated` may not happen now: it could cross `max_cost`,
+    and no person said go on for this month. None when it may (or there is no budget)."""
+    if max_cost is None:
+        return None
     spent = committed(session, month)
     if spent + (estimated or 0) <= max_cost:
-        return
+        return None
     approved = session.exec(
         select(ApprovalRecord.id).where(
             ApprovalRecord.month == month,
@@ -62,28 +70,17 @@ def check_budget(session: Session, month: str, estimated: int | None, max_cost: 
             ApprovalRecord.answer == Answer.CONTINUE,
         )
     ).first()
-    if approved is None:
-        raise BudgetHeld(
-            f"{month} has committed {money(spent)} of its budget {money(max_cost)}; the next "
-            f"batch (about {money(estimated or 0)}) would cross it"
-        )
+    if approved is not None:
+        return None
+    return BudgetHeld(
+        f"{month} has committed {money(spent)} of its budget {money(max_cost)}; the next "
+        f"batch (about {money(estimated or 0)}) would cross it"
+    )
 
 
-def book_send(
-    session: Session,
-    batch: BatchRecord,
-    *,
-    first: bool,
-    price: Price | None,
-    prompt: str,
-    max_cost: int | None,
-) -> None:
-    """A send on the books before the call (R3). A `first` send (a new attempt) is asked
-    against the budget first (`BudgetHeld`, R52), then written down as a possible charge (R51)."""
-    texts = [text for _, text in batch.request or []]
-    estimated = estimate(price, prompt, texts) if price is not None and first else None
-    if first and max_cost is not None:
-        check_budget(session, batch.month, estimated, max_cost)
+def book_send(session: Session, batch: BatchRecord, *, first: bool, estimated: int | None) -> None:
+    """A send on the books before the call (R3); a `first` send (a new attempt) written down
+    as a possible charge of its `estimated` cost (R51), once the budget let it (R52)."""
     batch.sends += 1
     batch.not_before = None
     if batch.charge is Charge.NONE:

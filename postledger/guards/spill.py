@@ -31,6 +31,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
+from postledger.errors import PostledgerError
 from postledger.record.kinds import month_of, utcnow
 
 T = TypeVar("T")
@@ -46,12 +47,12 @@ class SpillKind(StrEnum):
     USAGE = "usage"  # what an answer without an output reported it used (R51)
 
 
-class SpillError(RuntimeError):
+class SpillError(PostledgerError):
     """The spill file cannot be read at all (an OS error, or it is not UTF-8 text at all), or
     its damaged lines cannot be kept aside; the message names the file. Nothing is moved."""
 
 
-class SpillFailed(RuntimeError):
+class SpillFailed(PostledgerError):
     """Neither the ledger nor the spill file could take a fact a paid batch learned: the
     message holds the fact itself (never a secret), so that it is at least in the log."""
 

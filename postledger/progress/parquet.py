@@ -14,13 +14,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from postledger.errors import PostledgerError
 from postledger.progress.month_table import MICRO, MonthTable, csv_cell
 
 INT64 = (-(2**63), 2**63 - 1)
 INSTALL = "`uv sync --extra parquet` (or `pip install 'postledger[parquet]'`)"
 
 
-class MissingPyarrow(RuntimeError):
+class MissingPyarrow(PostledgerError):
     """Parquet was asked for, and pyarrow is not installed."""
 
     def __init__(self) -> None:

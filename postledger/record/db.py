@@ -38,11 +38,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from postledger.defaults import SQLITE_BUSY_TIMEOUT
+from postledger.errors import PostledgerError
 from postledger.record import models  # noqa: F401  (registers the tables)
 from postledger.record.copy_text import converted, copy_lines
 
 
-class LedgerUnavailable(RuntimeError):
+class LedgerUnavailable(PostledgerError):
     """A write to the ledger failed (locked past its timeout, disk full, read-only file,
     connection lost). No new batch may start (R20); the message says what failed."""
 

@@ -3,7 +3,7 @@ on SQLite and PostgreSQL alike. Every process that opens the ledger for writing 
 first; the upgrade holds the database's own lock, so two workers starting at once run it once.
 
 A new column or table: change `models.py`, then write a revision (see docs/architecture.md)
-— `tests/test_migrations.py` fails while the two disagree.
+— `tests/ledger/test_migrations.py` fails while the two disagree.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from postledger.errors import PostledgerError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -20,14 +22,14 @@ if TYPE_CHECKING:
 # (`postledger.record.plain`).
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-# The newest revision in migrations/versions (tests/test_migrations.py checks it is Alembic's
+# The newest revision in migrations/versions (tests/ledger/test_migrations.py checks it is Alembic's
 # head). Known here, Alembic is imported only when a ledger is actually upgraded: every read
 # command, and every run of an up-to-date ledger, starts without it.
 HEAD = "0013"
 _LOCK_KEY = zlib.crc32(b"postledger:migrate")
 
 
-class SchemaMismatch(RuntimeError):
+class SchemaMismatch(PostledgerError):
     """The ledger's schema is not the one this postledger knows (older or newer)."""
 
 

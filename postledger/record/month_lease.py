@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlmodel import Session
 
+from postledger.errors import PostledgerError
 from postledger.record.claims import STALE, alive_elsewhere
 from postledger.record.db import LedgerUnavailable, WriteLocks
 from postledger.record.models import MonthRunRecord
@@ -31,11 +32,11 @@ from postledger.record.models import MonthRunRecord
 HEARTBEAT_SECONDS = 30.0
 
 
-class MonthBusy(RuntimeError):
+class MonthBusy(PostledgerError):
     """Another live run is processing this month; the message says which and since when."""
 
 
-class MonthLost(RuntimeError):
+class MonthLost(PostledgerError):
     """This run no longer holds its month (another run took it over): it starts nothing."""
 
 

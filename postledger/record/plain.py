@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from postledger.defaults import backend_of, sqlite_file
+from postledger.errors import PostledgerError
 from postledger.record.migrate import SchemaMismatch, mismatch
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 DATABASE_URL_VARIABLE = "POSTLEDGER_DATABASE_URL"
 
 
-class LedgerUnreadable(RuntimeError):
+class LedgerUnreadable(PostledgerError):
     """The ledger's database could not be read; the message says why and what to do."""
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
+from postledger.errors import PostledgerError
 from postledger.record import figures
 from postledger.record.models import (
     BatchRecord,
@@ -38,7 +39,7 @@ def _waits_for_its_job(session: Session, submission: SubmissionRecord) -> bool:
     return any(waits_for_job(load_batch(session, b), submission) for b in submission.batch_ids)
 
 
-class LedgerError(RuntimeError):
+class LedgerError(PostledgerError):
     """The ledger cannot do what was asked; the message says why and what to do."""
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Integer, Text, Update, bindparam, event, func, insert, li
 from sqlalchemy import select as sql_select
 from sqlmodel import Session, select
 
+from postledger.errors import PostledgerError
 from postledger.record.batch_members import batch_members
 from postledger.record.db import (
     CHUNK,
@@ -81,7 +82,7 @@ BREAKER_TRANSITIONS: Mapping[BreakerLevel, frozenset[BreakerLevel]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(PostledgerError):
     """A status change that the state machine does not allow; nothing was changed."""
 
     def __init__(self, entity: str, entity_id: str, current: str, target: str) -> None:
@@ -109,7 +110,7 @@ class PostChange(NamedTuple):
     why: str
 
 
-class LedgerConflict(RuntimeError):
+class LedgerConflict(PostledgerError):
     """Records changed under a bulk move; the transaction is rolled back."""
 
 

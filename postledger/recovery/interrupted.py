@@ -19,7 +19,7 @@ from postledger.guards.spill import KeptAside, Spill
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, SubmissionRecord
 from postledger.record.reads import waits_for_job
-from postledger.settings import Limits
+from postledger.settings import Limits, Settings
 from postledger.upstreams.calls import Found, NoVerdict
 
 
@@ -61,6 +61,25 @@ def import_spill(
     kept aside instead of imported: damaged lines, which the caller must report loudly."""
     taken = spill.take(lambda records: ledger.import_spill(records, price))
     return taken or 0, spill.kept_aside
+
+
+@dataclass(frozen=True)
+class SpillImported:
+    """What one spill file gave back: records taken in, and damaged lines kept aside."""
+
+    path: str
+    taken: int
+    kept_aside: KeptAside | None
+
+
+def import_spills(ledger: Ledger, month: str, settings: Settings) -> list[SpillImported]:
+    """R20, R46: what an earlier run paid for but could not write comes first: the month's own
+    spill file, then the one file of earlier versions, which holds every month's."""
+    imported = []
+    for spill in (Spill(settings.spill_file(month)), Spill(settings.resolved_spill_path())):
+        taken, kept_aside = import_spill(ledger, spill, settings.price())
+        imported.append(SpillImported(str(spill.path), taken, kept_aside))
+    return imported
 
 
 class FindsTasks(Protocol):

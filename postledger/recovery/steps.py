@@ -154,12 +154,14 @@ def plan_recovery(
 
 def recovery_plan(reader: Reader, month: str, settings: Settings) -> RecoveryPlan:
     """The plan for the month's interrupted batches, as the configured upstream would see it."""
+    from postledger.upstreams import facts_of  # here: the plain readers load no HTTP client
+
     # The event number first: a batch that moves while it is read has a later event, and is
     # taken for changed (asked about again), never for unchanged.
     as_of = rows.last_event(reader, month)
     return plan_recovery(
         rows.interrupted(reader, month),
-        idempotent=settings.honours_keys(),
+        idempotent=facts_of(settings).honours_keys,
         price=settings.price(),
         prompt=settings.prompt,
         as_of=as_of,

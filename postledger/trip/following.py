@@ -74,7 +74,8 @@ async def follow(
     by our deadline are settled as uncertain (still running, their id kept)."""
     clock, settings = trip.clock, trip.settings
     pending = {batch.batch_id: batch for batch in batches if batch.batch_id not in outcomes}
-    give_up = clock.monotonic() + settings.wait_deadline()
+    deadline = trip.port.facts.wait_deadline
+    give_up = clock.monotonic() + deadline
     backoff = Backoff(settings.request_backoff, settings.rate_limit_max_wait)
     problem: NoVerdict | None = None
     while pending and (remaining := give_up - clock.monotonic()) > 0:
@@ -105,7 +106,7 @@ async def follow(
         await clock.sleep(min(backoff.after(seen), max(give_up - clock.monotonic(), 0.0)))
     last = problem or NoVerdict(
         NoVerdictReason.DEADLINE,
-        f"still running upstream after {settings.wait_deadline():g} s, our deadline",
+        f"still running upstream after {deadline:g} s, our deadline",
     )
     for nth, batch in enumerate(pending.values()):
         outcomes[batch.batch_id] = _settled(trip, batch, last, task_id, tell_breaker=nth == 0)

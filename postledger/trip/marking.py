@@ -33,7 +33,7 @@ def mark_sent(trip: Trip, batch_id: str) -> BatchRecord | BatchOutcome:
     settings = trip.settings
     try:
         check_configured(settings)  # a batch is never marked running for nothing
-        batch, _ = trip.ledger.mark_running(
+        started = trip.ledger.mark_running(
             batch_id,
             settings.breaker_name(),
             idempotent=trip.port.facts.honours_keys,
@@ -45,13 +45,13 @@ def mark_sent(trip: Trip, batch_id: str) -> BatchRecord | BatchOutcome:
         )
     except (UpstreamNotConfigured, MonthLost) as exc:
         return StopsRun(batch_id, BatchStatus.QUEUED, "not sent", str(exc))
-    except BreakerHeld as exc:
-        return HeldByBreaker(batch_id, str(exc))
-    except BudgetHeld as exc:
-        return OverBudget(batch_id, str(exc))
     except LedgerUnavailable as exc:  # no record, no call (R20)
         return LedgerFailed(batch_id, BatchStatus.QUEUED, str(exc))
-    return batch
+    if isinstance(started, BreakerHeld):
+        return HeldByBreaker(batch_id, started.reason)
+    if isinstance(started, BudgetHeld):
+        return OverBudget(batch_id, started.reason)
+    return started.batch
 
 
 def mark_for_job(
@@ -60,7 +60,8 @@ def mark_for_job(
     """Mark the batches running in start order while the job has room; stop at the first
     that may not start (it, and those after it, stay queued: nothing was paid)."""
     settings = trip.settings
-    most_lines, most_bytes = settings.submission_limits()
+    facts = trip.port.facts
+    most_lines, most_bytes = facts.most_batches_per_job, facts.most_bytes_per_job
     next_line = (
         _BYTES_PER_CHAR * settings.max_batch_chars
         + 2 * len(settings.prompt.encode())

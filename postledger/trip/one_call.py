@@ -29,7 +29,7 @@ from postledger.upstreams.calls import (
 from postledger.upstreams.errors import AmbiguousCreate, TransportError
 
 
-async def create(upstream: Upstream, request: CreateRequest) -> Created:
+async def create_task(upstream: Upstream, request: CreateRequest) -> Created:
     """Create (and pay for) one batch's upstream work."""
     try:
         return await upstream.create(request)
@@ -37,7 +37,7 @@ async def create(upstream: Upstream, request: CreateRequest) -> Created:
         raise _ambiguous(exc, upstream) from None
 
 
-async def submit(upstream: Upstream, job: JobRequest) -> Created:
+async def submit_job(upstream: Upstream, job: JobRequest) -> Created:
     """Create (and pay for) one submission's upstream job."""
     try:
         return await upstream.submit(job)

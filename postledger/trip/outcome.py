@@ -2,7 +2,8 @@
 
 The ledger already holds what became of the batch; an outcome only says what the run must do
 next: go on, hold new starts (the breaker, the budget), or start nothing more in this run.
-The Prefect shell shows an outcome as its task run's final state (`tasks/outcome.py`).
+The Prefect shell shows an outcome as its task run's final state (`tasks/outcome.py`), and its
+loop takes the same outcome back (`Ended`): one family from the trip to the loop.
 """
 
 from __future__ import annotations
@@ -80,6 +81,20 @@ class SubmissionEnded:
     def __repr__(self) -> str:
         # Prefect logs a failed state with its data: thousands of outcomes would flood it.
         return f"SubmissionEnded({self.submission_id!r}, {len(self.batch_ids)} batches)"
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """The batch's run broke without an outcome (a bug, or its run cancelled from outside;
+    `error` says which). One broken batch must not stop the others (R17); it is not started
+    again in this run, and the ledger still holds where it got to."""
+
+    batch_id: str
+    error: str
+
+
+# Everything a run's loop takes back from a trip it started.
+Ended = BatchOutcome | SubmissionEnded | Crashed
 
 
 def outcome_of(batch_id: str, decision: Decision, ledger_failure: str | None) -> BatchOutcome:

@@ -24,17 +24,17 @@ request layer to retry), and returns everything else.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
+from postledger.errors import PostledgerError
 from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.anthropic_batch import AnthropicBatchClient
 from postledger.upstreams.anthropic_messages import AnthropicMessagesClient
-from postledger.upstreams.anthropic_protocol import messages_body
 from postledger.upstreams.calls import (
     Created,
     CreateRequest,
@@ -44,27 +44,40 @@ from postledger.upstreams.calls import (
     Look,
     NoVerdict,
 )
-from postledger.upstreams.http import HttpUpstream, Timeouts
-from postledger.upstreams.openai_batch import OpenAIBatchClient, request_line
+from postledger.upstreams.errors import TransportError
+from postledger.upstreams.http import HttpUpstream
+from postledger.upstreams.openai_batch import OpenAIBatchClient
 from postledger.upstreams.openai_chat import OpenAIChatClient
 from postledger.upstreams.task_api import TaskApiClient
 
 __all__ = [
     "CreateRequest",
     "Created",
+    "Found",
+    "JobLook",
+    "JobRequest",
+    "Look",
+    "NoVerdict",
+    "TransportError",
     "Upstream",
     "UpstreamFacts",
     "UpstreamNotConfigured",
     "can_list",
     "carries_many",
     "request_bytes",
+    "base_url_of",
     "check_configured",
+    "client_of",
+    "needs_key",
     "facts_of",
     "upstream_for",
 ]
 
 
-class UpstreamNotConfigured(ValueError):
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class UpstreamNotConfigured(PostledgerError):
     """No upstream is configured: nothing can be sent, so nothing may be marked running."""
 
 
@@ -107,54 +120,79 @@ class Upstream(Protocol):
         ...
 
 
+# The providers, one line each: a client class says everything about its provider.
 _CLIENTS: dict[UpstreamKind, type[HttpUpstream]] = {
-    UpstreamKind.TASK_API: TaskApiClient,
-    UpstreamKind.OPENAI_CHAT: OpenAIChatClient,
-    UpstreamKind.OPENAI_BATCH: OpenAIBatchClient,
-    UpstreamKind.ANTHROPIC_MESSAGES: AnthropicMessagesClient,
-    UpstreamKind.ANTHROPIC_BATCH: AnthropicBatchClient,
+    client.kind: client
+    for client in (
+        TaskApiClient,
+        OpenAIChatClient,
+        OpenAIBatchClient,
+        AnthropicMessagesClient,
+        AnthropicBatchClient,
+    )
 }
+
+
+def client_of(kind: UpstreamKind) -> type[HttpUpstream]:
+    return _CLIENTS[kind]
 
 
 @dataclass(frozen=True)
 class UpstreamFacts:
-    """What the configured upstream is like (`Upstream`'s attributes), known without a call."""
+    """What the configured upstream is like (`Upstream`'s attributes, and its provider's
+    limits under the settings), known without a call."""
 
     has_task_ids: bool
     honours_keys: bool
     can_list: bool
     carries_many: bool
+    wait_deadline: float  # seconds to wait for one upstream task before it is left uncertain
+    most_batches_per_job: int  # ledger batches (request lines) one upstream job may carry
+    most_bytes_per_job: int
 
 
 def facts_of(settings: Settings) -> UpstreamFacts:
-    client = _CLIENTS[settings.upstream_kind]
+    client = client_of(settings.upstream_kind)
+    lines, size = client.job_limits
     return UpstreamFacts(
         has_task_ids=client.has_task_ids,
-        honours_keys=settings.honours_keys(),
+        honours_keys=client.keys_honoured(settings),
         can_list=client.can_list,
         carries_many=client.carries_many,
+        wait_deadline=client.deadline(settings),
+        most_batches_per_job=min(lines, settings.max_submission_batches or lines),
+        most_bytes_per_job=size,
     )
 
 
 def can_list(settings: Settings) -> bool:
     """Whether the configured upstream can find a task whose id was never saved."""
-    return _CLIENTS[settings.upstream_kind].can_list
+    return client_of(settings.upstream_kind).can_list
 
 
 def carries_many(settings: Settings) -> bool:
     """Whether one upstream job of the configured upstream carries many ledger batches."""
-    return _CLIENTS[settings.upstream_kind].carries_many
+    return client_of(settings.upstream_kind).carries_many
+
+
+def needs_key(settings: Settings) -> bool:
+    """Whether the configured upstream wants an API key: every provider's service does; a
+    server on this machine (vLLM, Ollama, the simulator) may not."""
+    if not client_of(settings.upstream_kind).needs_key or not settings.upstream_url:
+        return False
+    return urlsplit(settings.upstream_url).hostname not in LOOPBACK
+
+
+def base_url_of(kind: UpstreamKind, root: str) -> str:
+    """The base URL of this kind for a server at `root` (OpenAI's kinds take the base URL with
+    its version path, as the openai SDK's base_url; the others the root)."""
+    return f"{root}{client_of(kind).version_path}"
 
 
 def request_bytes(settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]) -> int:
     """The bytes one ledger batch's request takes in a Batch API job (its line of the input
     file, its entry of a Message Batch's body)."""
-    if settings.upstream_kind is UpstreamKind.ANTHROPIC_BATCH:
-        params = messages_body(settings.model, settings.prompt, posts, settings.max_output_tokens)
-        request = {"custom_id": batch_id, "params": params}
-        return len(json.dumps(request, ensure_ascii=False).encode()) + 1
-    line = request_line(batch_id, settings.model, settings.prompt, posts, settings.json_schema)
-    return len(line.encode())
+    return client_of(settings.upstream_kind).request_bytes(settings, batch_id, posts)
 
 
 def check_configured(settings: Settings) -> None:
@@ -171,33 +209,4 @@ def upstream_for(settings: Settings, transport: httpx.AsyncBaseTransport | None 
     """The client of the configured upstream; use it as `async with`. `transport`: for tests
     that answer at the wire (an `httpx.MockTransport`)."""
     check_configured(settings)
-    assert settings.upstream_url is not None
-    url, kind = settings.upstream_url, settings.upstream_kind
-    common: dict[str, Any] = {
-        "api_key": settings.api_key,
-        "honours_keys": settings.honours_keys(),
-        "transport": transport,
-    }
-    timeouts = Timeouts(connect=settings.connect_timeout, read=settings.read_timeout)
-    # A synchronous answer takes as long as the model runs.
-    answered = Timeouts(connect=settings.connect_timeout, read=settings.chat_timeout)
-    if kind is UpstreamKind.OPENAI_CHAT:
-        return OpenAIChatClient(url, timeouts=answered, json_schema=settings.json_schema, **common)
-    if kind is UpstreamKind.ANTHROPIC_MESSAGES:
-        return AnthropicMessagesClient(
-            url, timeouts=answered, max_tokens=settings.max_output_tokens, **common
-        )
-    if kind is UpstreamKind.ANTHROPIC_BATCH:
-        return AnthropicBatchClient(
-            url, timeouts=timeouts, max_tokens=settings.max_output_tokens, **common
-        )
-    if kind is UpstreamKind.OPENAI_BATCH:
-        return OpenAIBatchClient(
-            url,
-            timeouts=timeouts,
-            json_schema=settings.json_schema,
-            completion_window=settings.completion_window,
-            search_limit=settings.orphan_search_limit,
-            **common,
-        )
-    return TaskApiClient(url, timeouts=timeouts, **common)
+    return client_of(settings.upstream_kind).from_settings(settings, transport)

@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.anthropic_messages import AnthropicUpstream
 from postledger.upstreams.anthropic_protocol import message_result, messages_body
 from postledger.upstreams.calls import (
@@ -70,9 +71,25 @@ _NOT_RUN = {
 
 
 class AnthropicBatchClient(AnthropicUpstream):
+    kind = UpstreamKind.ANTHROPIC_BATCH
+    # Anthropic's documented limits of one Message Batch: 100 000 requests, 256 MB.
+    job_limits = (100_000, 256 * 1024 * 1024)
     can_list = False  # a Message Batch carries no metadata to be found by
     carries_many = True
     max_poll_interval: float | None = 30.0  # a Message Batch takes minutes to hours
+
+    @classmethod
+    def deadline(cls, settings: Settings) -> float:
+        # A Message Batch may take 24 h: giving up sooner would leave its paid results unread.
+        return max(settings.task_deadline, 24 * 3600 + 3600)
+
+    @classmethod
+    def request_bytes(
+        cls, settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]
+    ) -> int:
+        params = messages_body(settings.model, settings.prompt, posts, settings.max_output_tokens)
+        request = {"custom_id": batch_id, "params": params}
+        return len(json.dumps(request, ensure_ascii=False).encode()) + 1
 
     @property
     def _batches(self) -> str:

@@ -20,11 +20,13 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.anthropic_protocol import API_VERSION, message_result, messages_body
 from postledger.upstreams.calls import Created, CreateRequest, NoVerdict
 from postledger.upstreams.http import (
     TRANSIENT_STATUS,
     HttpUpstream,
+    Timeouts,
     accepted_body,
     gateway_retries_of,
     lost_answer,
@@ -48,6 +50,10 @@ class AnthropicUpstream(HttpUpstream):
     statuses_that_may_charge = frozenset({500, 502, 504})
     base_url_hint = "the API's root, e.g. https://api.anthropic.com (with or without /v1)"
 
+    @classmethod
+    def options_of(cls, settings: Settings) -> dict[str, Any]:
+        return {"max_tokens": settings.max_output_tokens}
+
     def __init__(self, base_url: str, *, max_tokens: int = 4096, **options: Any) -> None:
         super().__init__(base_url, **options)
         self.honours_keys = False  # the API takes no idempotency key
@@ -60,7 +66,13 @@ class AnthropicUpstream(HttpUpstream):
 
 
 class AnthropicMessagesClient(AnthropicUpstream):
+    kind = UpstreamKind.ANTHROPIC_MESSAGES
     has_task_ids = False
+
+    @classmethod
+    def timeouts_of(cls, settings: Settings) -> Timeouts:
+        # A synchronous answer takes as long as the model runs.
+        return Timeouts(connect=settings.connect_timeout, read=settings.chat_timeout)
 
     async def create(self, request: CreateRequest) -> Created:
         """Send the batch as one message and return its answer (paid). An answer that is not

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from postledger.errors import PostledgerError
 
-class UpstreamError(Exception):
+
+class UpstreamError(PostledgerError):
     """A call to the upstream did not give a usable answer.
 
     `gateway_retries`: the retries a gateway in front of the upstream reported making on its

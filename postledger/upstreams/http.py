@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import httpx
 from pydantic import SecretStr
 
+from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.calls import (
     Created,
+    CreateRequest,
     Found,
     JobLook,
     JobRequest,
@@ -170,7 +172,15 @@ class HttpUpstream:
     """What every upstream client shares: one httpx client, one request per call, the
     transport faults and refusals turned into typed errors, and the key only in a header.
 
-    Subclasses say what the upstream is like (`postledger.upstreams.Upstream`)."""
+    Subclasses say what the upstream is like (`postledger.upstreams.Upstream`), and what the
+    provider is (its kind, its URL's form, its job limits, its deadline, how it is built from
+    the settings): a new provider is a module with one such class, and one registry line."""
+
+    kind: ClassVar[UpstreamKind]
+    version_path: ClassVar[str] = ""  # what a base URL adds to the server's root ("/v1")
+    # The most requests and bytes one upstream job may carry (a Batch API), per the provider.
+    job_limits: ClassVar[tuple[int, int]] = (1, 0)
+    needs_key: ClassVar[bool] = True  # a server not on this machine wants a key
 
     has_task_ids = True  # the upstream keeps a task that can be polled by its id
     can_list = False  # the upstream can list its recent tasks, to find one by its metadata
@@ -208,6 +218,47 @@ class HttpUpstream:
             transport=transport,
         )
 
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+    ) -> Self:
+        """The client the settings configure (`upstream_url` must be set)."""
+        assert settings.upstream_url is not None
+        return cls(
+            settings.upstream_url,
+            api_key=settings.api_key,
+            timeouts=cls.timeouts_of(settings),
+            honours_keys=cls.keys_honoured(settings),
+            transport=transport,
+            **cls.options_of(settings),
+        )
+
+    @classmethod
+    def timeouts_of(cls, settings: Settings) -> Timeouts:
+        return Timeouts(connect=settings.connect_timeout, read=settings.read_timeout)
+
+    @classmethod
+    def options_of(cls, settings: Settings) -> dict[str, Any]:
+        """The provider's own constructor options, from the settings."""
+        return {}
+
+    @classmethod
+    def keys_honoured(cls, settings: Settings) -> bool:
+        """Whether a create sent again under the same idempotency key can never pay twice."""
+        return False
+
+    @classmethod
+    def deadline(cls, settings: Settings) -> float:
+        """Seconds to wait for one upstream task before it is left uncertain."""
+        return settings.task_deadline
+
+    @classmethod
+    def request_bytes(
+        cls, settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]
+    ) -> int:
+        """The bytes one ledger batch's request takes in an upstream job (a Batch API's)."""
+        return 0
+
     def auth_headers(self, api_key: SecretStr | None) -> dict[str, str]:
         """The headers that carry the key (and whatever else the protocol requires)."""
         if api_key is None:
@@ -222,6 +273,10 @@ class HttpUpstream:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def create(self, request: CreateRequest) -> Created:
+        """Create (and pay for) the upstream work of one batch: each provider's own."""
+        raise NotImplementedError(f"{type(self).__name__} must say how it creates")
 
     # --- reads: one look at paid work, never a verdict unless the upstream gave one ------
 

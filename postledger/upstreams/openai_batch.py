@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.calls import (
     Created,
     CreateRequest,
@@ -108,6 +109,10 @@ def submission_metadata(submission_id: str, idempotency_key: str) -> dict[str, s
 
 
 class OpenAIBatchClient(HttpUpstream):
+    kind = UpstreamKind.OPENAI_BATCH
+    version_path = "/v1"  # as the openai SDK's base_url
+    # OpenAI's documented limits of one batch: 50 000 requests, 200 MB of input file.
+    job_limits = (50_000, 200 * 1024 * 1024)
     can_list = True
     carries_many = True
     # A batch takes minutes to hours: no need to ask twice a second.
@@ -116,6 +121,27 @@ class OpenAIBatchClient(HttpUpstream):
     # the batch was made (a gateway timing out in front of it).
     statuses_that_may_charge = frozenset({500, 502, 504})
     base_url_hint = "the base URL with its version path, e.g. https://api.openai.com/v1"
+
+    @classmethod
+    def options_of(cls, settings: Settings) -> dict[str, Any]:
+        return {
+            "json_schema": settings.json_schema,
+            "completion_window": settings.completion_window,
+            "search_limit": settings.orphan_search_limit,
+        }
+
+    @classmethod
+    def deadline(cls, settings: Settings) -> float:
+        # A batch may take its whole completion window: giving up sooner would leave its paid
+        # results unread.
+        return max(settings.task_deadline, seconds_of(settings.completion_window) + 3600)
+
+    @classmethod
+    def request_bytes(
+        cls, settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]
+    ) -> int:
+        line = request_line(batch_id, settings.model, settings.prompt, posts, settings.json_schema)
+        return len(line.encode())
 
     def __init__(
         self,
@@ -390,3 +416,10 @@ def _text(value: Any, why: str) -> str:
     if not isinstance(value, str) or not value:
         raise UpstreamError(why)
     return value
+
+
+def seconds_of(window: str) -> float:
+    """'24h', '90m', '3600s' (OpenAI's completion windows) in seconds; unknown: 24 h."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    number, unit = window[:-1], window[-1:]
+    return float(number) * units[unit] if number.isdigit() and unit in units else 86_400.0

@@ -18,15 +18,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.calls import Created, CreateRequest, NoVerdict
-from postledger.upstreams.http import HttpUpstream, accepted_body, gateway_retries_of, lost_answer
+from postledger.upstreams.http import (
+    HttpUpstream,
+    Timeouts,
+    accepted_body,
+    gateway_retries_of,
+    lost_answer,
+)
 from postledger.upstreams.openai_protocol import chat_body, completion_result
 
 
 class OpenAIChatClient(HttpUpstream):
+    kind = UpstreamKind.OPENAI_CHAT
+    version_path = "/v1"  # as the openai SDK's base_url
     has_task_ids = False
     statuses_that_may_charge = frozenset({500, 502, 504})
     base_url_hint = "the base URL with its version path, e.g. https://api.openai.com/v1"
+
+    @classmethod
+    def timeouts_of(cls, settings: Settings) -> Timeouts:
+        # A synchronous answer takes as long as the model runs.
+        return Timeouts(connect=settings.connect_timeout, read=settings.chat_timeout)
+
+    @classmethod
+    def options_of(cls, settings: Settings) -> dict[str, Any]:
+        return {"json_schema": settings.json_schema}
 
     def __init__(self, base_url: str, *, json_schema: bool = True, **options: Any) -> None:
         super().__init__(base_url, **options)

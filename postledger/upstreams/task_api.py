@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.calls import (
     Created,
     CreateRequest,
@@ -27,7 +28,13 @@ from postledger.upstreams.http import (
 class TaskApiClient(HttpUpstream):
     """One upstream speaking the async task API: `create` a task (paid), `look` at it."""
 
+    kind = UpstreamKind.TASK_API
+    needs_key = False  # often a server of the user's own
     long_polls = True
+
+    @classmethod
+    def keys_honoured(cls, settings: Settings) -> bool:
+        return settings.upstream_idempotent
 
     async def create(self, request: CreateRequest) -> Created:
         """Create (and pay for) the batch's upstream task, under its idempotency key."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers
+from tests.support import databases, processes, simulators, waiting
 
 PROOF = os.environ.get("POSTLEDGER_TEST_PROOF_DIR")
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -33,24 +33,24 @@ def database_of(url: str) -> str | None:
 
 
 def test_holds_processes_and_databases_until_interrupted(
-    prefect_harness: None, sim: helpers.Sim, ledger_url: str, pg_ledger_url: str
+    prefect_harness: None, sim: simulators.Sim, ledger_url: str, pg_ledger_url: str
 ) -> None:
     assert PROOF is not None
-    with helpers.fresh_database("postledger_prefect") as server_database:
-        helpers.spawn(SLEEPER)  # registered, never stopped by the test
+    with databases.fresh_database("postledger_prefect") as server_database:
+        processes.spawn(SLEEPER)  # registered, never stopped by the test
         subprocess.Popen(SLEEPER, start_new_session=True)  # known by its mark only
-        mark = os.environ[helpers.OWNER_VAR]
+        mark = os.environ[processes.OWNER_VAR]
 
         # The sleepers may still be between fork and exec, when /proc cannot show their
         # environment yet: look again for a moment.
         def all_four() -> list[int]:  # the server, the simulator, two sleepers
-            marked = helpers._marked(lambda value: value == mark)
+            marked = processes._marked(lambda value: value == mark)
             return marked if len(marked) >= 4 else []
 
-        found = helpers.wait_for("the server, the simulator and two sleepers", all_four, 20)
+        found = waiting.wait_for("the server, the simulator and two sleepers", all_four, 20)
         held = {
             "mark": mark,
-            "processes": [(pid, helpers.started_at(pid)) for pid in found],
+            "processes": [(pid, processes.started_at(pid)) for pid in found],
             "databases": [
                 name
                 for name in map(database_of, (ledger_url, pg_ledger_url, server_database))

@@ -15,7 +15,7 @@ from anthropic.types.messages.batch_create_params import Request
 
 from postledger.upstreams.anthropic_protocol import TOOL_NAME, messages_body
 from simulator.model import analyse
-from tests.helpers import Sim, simulator_process
+from tests.support.simulators import Sim, simulator_process
 
 POSTS = [("a", "I love it, thanks!"), ("b", "Why is it broken?")]
 SECRET = "sk-ant-sim-0123456789"

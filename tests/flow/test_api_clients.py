@@ -17,7 +17,7 @@ from prefect.settings import (
 )
 
 from flows.api_clients import lighter_task_run_clients
-from tests.prefect_server import PrefectServer
+from tests.support.prefect_server import PrefectServer
 
 pytestmark = pytest.mark.xdist_group("prefect_server")
 

@@ -13,7 +13,8 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import FailureKind, PostStatus
-from tests.helpers import Sim, posts_file
+from tests.support.months import posts_file
+from tests.support.simulators import Sim
 
 pytestmark = pytest.mark.usefixtures("fast_retries")
 FAST_TIMINGS = {"poll_wait": "0.5"}

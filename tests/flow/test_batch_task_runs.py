@@ -11,7 +11,8 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import Sim, ai_batch_slots_taken, task_runs_of
+from tests.support.prefect_api import ai_batch_slots_taken, task_runs_of
+from tests.support.simulators import Sim
 
 MONTH = "2026-06"
 

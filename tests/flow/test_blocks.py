@@ -10,7 +10,7 @@ from blocks import BlockNotFound, PostledgerLedger, PostledgerUpstream, settings
 from flows.limits import tag_limit_name
 from flows.setup import prepare_prefect
 from postledger.defaults import Price
-from postledger.settings import Settings, UpstreamKind, current_settings, in_force
+from postledger.settings import UpstreamKind
 
 
 def test_setup_twice_changes_nothing_the_first_made(prefect_harness: None) -> None:
@@ -64,10 +64,3 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
 def test_a_block_that_does_not_exist_is_named_with_what_to_do(prefect_harness: None) -> None:
     with pytest.raises(BlockNotFound, match="no postledger-upstream block named 'nope'.*create"):
         settings_from_blocks(upstream="nope")
-
-
-def test_settings_in_force_reach_code_that_asks_for_them() -> None:
-    assert current_settings().model == Settings().model
-    with in_force(Settings(model="from-a-block")):
-        assert current_settings().model == "from-a-block"
-    assert current_settings().model == Settings().model

@@ -1,6 +1,6 @@
 """The circuit breaker (R18, R19) over real HTTP: the simulator's own request counts and charge
 log show what was sent and when; the ledger shows the breaker's history and people's answers.
-(Its rules in the ledger alone: tests/test_breaker_records.py.)"""
+(Its rules in the ledger alone: tests/ledger/test_breaker_records.py.)"""
 
 from __future__ import annotations
 
@@ -19,21 +19,14 @@ import pytest
 from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
-from tests.helpers import (
-    MONTH,
-    Sim,
-    ai_batch_slots_taken,
-    child_env,
-    flow_run_state,
-    in_background,
-    on_worker_server,
-    postledger,
-    running,
-    start_sim,
-    wait_for,
-)
-from tests.helpers import posts_file as write_posts
-from tests.prefect_server import PrefectServer
+from tests.support.commands import postledger
+from tests.support.months import MONTH, on_worker_server
+from tests.support.months import posts_file as write_posts
+from tests.support.prefect_api import ai_batch_slots_taken, flow_run_state
+from tests.support.prefect_server import PrefectServer
+from tests.support.processes import child_env, running
+from tests.support.simulators import Sim, start_sim
+from tests.support.waiting import in_background, wait_for
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import Artifact as ArtifactRecord

@@ -19,7 +19,9 @@ from flows.calling import AUTOMATION_NAME, PAUSED_EVENT
 from flows.setup import prepare_prefect
 from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
-from tests.helpers import MONTH, Sim, month_posts, wait_for
+from tests.support.months import MONTH, month_posts
+from tests.support.simulators import Sim
+from tests.support.waiting import wait_for
 
 BLOCK = "custom-webhook/postledger-test-hook"
 

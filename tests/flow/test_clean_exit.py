@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers
+from tests.support import databases, processes, repo
 
 INNER = Path(__file__).with_name("interruptible.py")
 
@@ -46,7 +46,7 @@ def test_an_interrupted_session_ends_every_process_and_drops_every_database(
     proof.mkdir()
     env = {
         name: value
-        for name, value in helpers.child_env(POSTLEDGER_TEST_PROOF_DIR=str(proof)).items()
+        for name, value in processes.child_env(POSTLEDGER_TEST_PROOF_DIR=str(proof)).items()
         if not name.startswith("PYTEST_")  # this session's xdist worker is not the inner one's
     }
     command = [sys.executable, "-m", "pytest", str(INNER), "-q", "-p", "no:cacheprovider"]
@@ -54,9 +54,9 @@ def test_an_interrupted_session_ends_every_process_and_drops_every_database(
     out = tmp_path / "inner.out"
     with (
         out.open("w") as sink,
-        helpers.running(
+        processes.running(
             command,
-            cwd=helpers.REPO,
+            cwd=repo.REPO,
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -81,10 +81,10 @@ def test_an_interrupted_session_ends_every_process_and_drops_every_database(
     assert code == pytest.ExitCode.INTERRUPTED, said
 
     run = held["mark"].split("/")[0]
-    left = helpers._marked(lambda mark: mark.startswith(f"{run}/"))
+    left = processes._marked(lambda mark: mark.startswith(f"{run}/"))
     assert left == [], f"still running: {left}\n{said}"
-    alive = [pid for pid, started in held["processes"] if helpers.started_at(pid) == started]
+    alive = [pid for pid, started in held["processes"] if processes.started_at(pid) == started]
     assert held["processes"] and alive == [], said
     # A ledger and a server's database (the ledger on PostgreSQL too in its pass): all gone.
     assert len(held["databases"]) >= 2
-    assert set(held["databases"]).isdisjoint(helpers.ages_of_test_databases(pg_server)), said
+    assert set(held["databases"]).isdisjoint(databases.ages_of_test_databases(pg_server)), said

@@ -13,8 +13,8 @@ from postledger.batches.posts import Post
 from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, Question
-from tests import helpers
-from tests.helpers import SAMPLE, write_jsonl
+from tests.support import commands, processes
+from tests.support.months import SAMPLE, write_jsonl
 
 pytestmark = pytest.mark.processes  # every test runs postledger in a process of its own
 
@@ -27,9 +27,9 @@ def postledger(
     *args: str, cwd: Path, timeout: float = 300, fresh_prefect_home: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """As in a fresh terminal: no postledger setting at all, a Prefect home of its own."""
-    env = helpers.child_env(PREFECT_HOME=str(cwd / ".prefect-home"), COLUMNS="200")
+    env = processes.child_env(PREFECT_HOME=str(cwd / ".prefect-home"), COLUMNS="200")
     env = {k: v for k, v in env.items() if not _setting(k)}
-    return helpers.postledger(
+    return commands.postledger(
         *args, cwd=cwd, env=env, timeout=timeout, fresh_prefect_home=fresh_prefect_home
     )
 
@@ -221,12 +221,12 @@ def test_a_ledger_of_an_older_schema_is_one_line_with_what_to_do(
 def test_a_ledger_database_that_does_not_answer_is_one_line_with_what_to_do(
     tmp_path: Path,
 ) -> None:
-    env = helpers.child_env(
+    env = processes.child_env(
         PREFECT_HOME=str(tmp_path / ".prefect-home"),
         # Nothing listens on port 9 (discard) here: the connection is refused at once.
         POSTLEDGER_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:9/nowhere",
     )
-    said = helpers.postledger("status", "--month", "2026-10", cwd=tmp_path, env=env)
+    said = commands.postledger("status", "--month", "2026-10", cwd=tmp_path, env=env)
     assert said.returncode == 1 and "Traceback" not in said.stderr, said.stderr
     assert "check POSTLEDGER_DATABASE_URL" in said.stderr
     assert len(said.stderr.strip().splitlines()) == 1, said.stderr

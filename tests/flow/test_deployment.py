@@ -26,17 +26,13 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
 from simulator.sample import generate_posts, write_posts
-from tests.helpers import (
-    REPO,
-    Sim,
-    fresh_database,
-    ledger_text,
-    run_process,
-    simulator_process,
-    spawn,
-    stop,
-)
-from tests.prefect_server import PrefectServer
+from tests.support.commands import run_process
+from tests.support.databases import fresh_database
+from tests.support.ledgers import ledger_text
+from tests.support.prefect_server import PrefectServer
+from tests.support.processes import spawn, stop
+from tests.support.repo import REPO
+from tests.support.simulators import Sim, simulator_process
 
 pytestmark = [
     pytest.mark.xdist_group("prefect_server"),  # shares one real server with the UI test

@@ -18,14 +18,9 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import (
-    Processes,
-    child_env,
-    children_of,
-    is_alive,
-    migrated_prefect_home,
-    posts_file,
-)
+from tests.support.commands import Processes, migrated_prefect_home
+from tests.support.months import posts_file
+from tests.support.processes import child_env, children_of, is_alive
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 

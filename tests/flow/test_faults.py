@@ -16,18 +16,12 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
-from tests.helpers import (
-    MONTH,
-    UPSTREAM_KINDS,
-    Sim,
-    assert_attempts_are_charges,
-    free_port,
-    ledger_text,
-    start_sim,
-    statuses,
-)
-from tests.helpers import fault_cases as cases
-from tests.helpers import run_flow as run
+from tests.support.ledgers import ledger_text
+from tests.support.months import MONTH, assert_attempts_are_charges, statuses
+from tests.support.months import run_flow as run
+from tests.support.processes import free_port
+from tests.support.simulators import UPSTREAM_KINDS, Sim, start_sim
+from tests.support.simulators import fault_cases as cases
 
 pytestmark = [
     pytest.mark.usefixtures("fast_retries"),
@@ -274,11 +268,17 @@ def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
     ledger: Ledger,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("POSTLEDGER_REQUEST_RETRIES", "1")
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
     run(tmp_path, 50)
     assert statuses(ledger) == {"completed": 50}
+    # Handled, and said so: one WARNING line in plain words; no ERROR, no traceback.
+    said = capfd.readouterr().err
+    assert "ERROR" not in said and "Traceback" not in said and "NoneType: None" not in said
+    handled = [line for line in said.splitlines() if "Handled:" in line]
+    assert len(handled) == 1 and "WARNING" in handled[0] and "HTTP 503" in handled[0]
     first, second = ledger.batches(MONTH)
     assert (first.sends, first.request_retries) == (2, 1)
     assert [e.why for e in ledger.events(MONTH) if e.entity_id == first.batch_id][2].endswith(

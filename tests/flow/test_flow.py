@@ -14,7 +14,9 @@ from postledger.batches.posts import load_posts
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
 from simulator.model import analyse
-from tests.helpers import SAMPLE, Sim, flow_log
+from tests.support.months import SAMPLE
+from tests.support.prefect_api import flow_log
+from tests.support.simulators import Sim
 
 
 @pytest.mark.on_postgres  # a whole month
@@ -232,7 +234,7 @@ def test_a_run_with_a_smaller_window_makes_the_tag_limit_the_default(
 
     from flows.limits import tag_limit_name
     from postledger.defaults import MAX_IN_FLIGHT
-    from tests.helpers import run_flow
+    from tests.support.months import run_flow
 
     with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
         client.delete_global_concurrency_limit_by_name(tag_limit_name())

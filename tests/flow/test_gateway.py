@@ -30,7 +30,6 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from postledger.children import wait_answering
 from postledger.failures.classify import failure_of
 from postledger.failures.policy import Reach
 from postledger.record.models import FailureKind
@@ -38,7 +37,9 @@ from postledger.upstreams.calls import CreateRequest
 from postledger.upstreams.errors import RejectedError, TransportError, UpstreamError
 from postledger.upstreams.http import Timeouts, gateway_retries_of
 from postledger.upstreams.openai_chat import OpenAIChatClient
-from tests.helpers import OWNER_VAR, free_port, running, simulator_process
+from processes.children import wait_answering
+from tests.support.processes import OWNER_VAR, free_port, running
+from tests.support.simulators import simulator_process
 
 MODEL = "gateway-analyst"  # the proxy's name for the simulator's sim-analyst-1
 POSTS = [("p-1", "The bus was late again."), ("p-2", "Lovely concert last night.")]

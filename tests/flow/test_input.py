@@ -1,5 +1,5 @@
 """Bad input through the flow: it stops with the loader's message, and the ledger is left
-exactly as it was. (The messages themselves: tests/test_input_messages.py.)"""
+exactly as it was. (The messages themselves: tests/unit/test_input_messages.py.)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 from postledger.batches.posts import InputError, Post
 from postledger.ledger import Ledger
-from tests.helpers import BAD_FILES, GOOD, write_jsonl
-from tests.helpers import ledger_snapshot as snapshot
+from tests.support.bad_inputs import BAD_FILES, GOOD
+from tests.support.ledgers import ledger_snapshot as snapshot
+from tests.support.months import write_jsonl
 
 
 @pytest.fixture

@@ -16,7 +16,9 @@ from sqlalchemy.exc import DBAPIError
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchRecord, BatchStatus, PostStatus
-from tests.helpers import MONTH, Sim, child_env, posts_file, spawn, start_sim, stop
+from tests.support.months import MONTH, posts_file
+from tests.support.processes import child_env, spawn, stop
+from tests.support.simulators import Sim, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 POSTS = 80  # four batches: 25, 25, 25, 5

@@ -15,7 +15,10 @@ import pytest
 
 from postledger.ledger import open_ledger
 from postledger.record.models import BatchStatus, PostStatus, utcnow
-from tests.helpers import MONTH, Sim, in_background, posts_file, sqlite_ledger_only, start_sim
+from tests.support.ledger_backend import sqlite_ledger_only
+from tests.support.months import MONTH, posts_file
+from tests.support.simulators import Sim, start_sim
+from tests.support.waiting import in_background
 
 
 @pytest.fixture

@@ -17,9 +17,13 @@ from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, Charge, PostStatus, SpendState
 from postledger.recovery.steps import RecoveryAction, recovery_plan
 from postledger.settings import Settings
-from tests.helpers import MONTH, Sim, in_background, sqlite_ledger_only, start_sim
-from tests.helpers import month_posts as month_file
-from tests.helpers import run_flow as run
+from postledger.upstreams import facts_of
+from tests.support.ledger_backend import sqlite_ledger_only
+from tests.support.months import MONTH
+from tests.support.months import month_posts as month_file
+from tests.support.months import run_flow as run
+from tests.support.simulators import Sim, start_sim
+from tests.support.waiting import in_background
 
 pytestmark = pytest.mark.usefixtures("fast_retries")
 FAST_TIMINGS = {"read_timeout": "1", "poll_wait": "0.2", "request_retries": "1"}
@@ -80,7 +84,7 @@ def test_an_ambiguous_create_is_not_resent_unless_the_upstream_is_said_to_honour
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("POSTLEDGER_UPSTREAM_IDEMPOTENT")  # the default: not known to
-    assert Settings().honours_keys() is False
+    assert facts_of(Settings()).honours_keys is False
     run(tmp_path, 25)
 
     assert faulty.stats()["requests"]["create"] == 1  # no request retry of a create

@@ -11,13 +11,9 @@ from pathlib import Path
 import pytest
 
 from postledger.ledger import Ledger
-from tests.helpers import (
-    MONTH,
-    Sim,
-    assert_attempts_are_charges,
-    statuses,
-)
-from tests.helpers import run_flow as run
+from tests.support.months import MONTH, assert_attempts_are_charges, statuses
+from tests.support.months import run_flow as run
+from tests.support.simulators import Sim
 
 KIND = "openai_batch"
 pytestmark = pytest.mark.usefixtures("fast_retries")

@@ -15,15 +15,9 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE
 from postledger.record.models import Answer, BatchStatus, PostStatus
-from tests.helpers import (
-    MONTH,
-    Sim,
-    finish_month_here,
-    on_worker_server,
-    postledger,
-    run_month,
-    start_sim,
-)
+from tests.support.commands import postledger
+from tests.support.months import MONTH, finish_month_here, on_worker_server, run_month
+from tests.support.simulators import Sim, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from simulator.model import analyse
-from tests.helpers import simulator_process
+from tests.support.simulators import simulator_process
 
 POSTS = [{"id": "a", "text": "I love it, thanks!"}, {"id": "b", "text": "Why is it broken?"}]
 SECRET = "sk-sim-sdk-0123456789"

@@ -1,7 +1,7 @@
 """The OpenAI adapters speak OpenAI's API as OpenAI documents it, and the simulator answers as
 it documents: a whole month of each OpenAI kind goes through a proxy that checks every request,
 every response and every Batch API file line against OpenAI's OpenAPI document
-(`tests/openai_spec.py`)."""
+(`tests/support/openai_spec.py`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
-from tests.helpers import MONTH, Sim, posts_file
-from tests.openai_spec import checked_by_openai_spec
+from tests.support.months import MONTH, posts_file
+from tests.support.openai_spec import checked_by_openai_spec
+from tests.support.simulators import Sim
 
 pytestmark = pytest.mark.usefixtures("fast_retries")
 SIMULATOR = {"latency": 0.05}  # the `faulty` fixture's

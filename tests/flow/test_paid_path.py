@@ -1,6 +1,7 @@
 """The paid path's holes, one scenario each, through the monthly flow over real HTTP against the
 fault-injecting simulator, with the ledger failing a chosen write as a database would
-(`tests/ledger_faults.py`). The evidence: the simulator's charge log, the ledger, the spill.
+(`tests/support/ledger_faults.py`). The evidence: the simulator's charge log, the ledger, the
+spill.
 
 - The id of a paid call is the first thing kept after it, in one write with a gateway's
   retries of the same call: a ledger failure there loses neither.
@@ -28,17 +29,11 @@ from postledger.guards.spill import Spill, SpillKind
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, Charge, FailureKind, SpendState
 from postledger.settings import Settings
-from tests.helpers import (
-    MONTH,
-    UPSTREAM_KINDS,
-    Sim,
-    assert_attempts_are_charges,
-    statuses,
-    write_jsonl,
-)
-from tests.helpers import fault_cases as cases
-from tests.helpers import run_flow as run
-from tests.ledger_faults import failing_writes
+from tests.support.ledger_faults import failing_writes
+from tests.support.months import MONTH, assert_attempts_are_charges, statuses, write_jsonl
+from tests.support.months import run_flow as run
+from tests.support.simulators import UPSTREAM_KINDS, Sim
+from tests.support.simulators import fault_cases as cases
 
 pytestmark = pytest.mark.usefixtures("fast_retries")
 

@@ -21,19 +21,13 @@ from postledger.guards.spend import cost_of, estimate
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, PostStatus, Question, SpendState
 from postledger.settings import DEFAULT_PROMPT
-from tests.helpers import (
-    MONTH,
-    Sim,
-    child_env,
-    flow_run_state,
-    in_background,
-    on_worker_server,
-    postledger,
-    running,
-    start_sim,
-    wait_for,
-)
-from tests.helpers import posts_file as write_posts
+from tests.support.commands import postledger
+from tests.support.months import MONTH, on_worker_server
+from tests.support.months import posts_file as write_posts
+from tests.support.prefect_api import flow_run_state
+from tests.support.processes import child_env, running
+from tests.support.simulators import Sim, start_sim
+from tests.support.waiting import in_background, wait_for
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import Artifact as ArtifactRecord

@@ -17,15 +17,10 @@ from pathlib import Path
 import pytest
 
 from postledger.ledger import Ledger
-from tests.helpers import (
-    MONTH,
-    UPSTREAM_KINDS,
-    Sim,
-    assert_attempts_are_charges,
-    statuses,
-)
-from tests.helpers import fault_cases as cases
-from tests.helpers import run_flow as run
+from tests.support.months import MONTH, assert_attempts_are_charges, statuses
+from tests.support.months import run_flow as run
+from tests.support.simulators import UPSTREAM_KINDS, Sim
+from tests.support.simulators import fault_cases as cases
 
 pytestmark = [
     pytest.mark.usefixtures("fast_retries"),

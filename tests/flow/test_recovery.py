@@ -23,16 +23,9 @@ import pytest
 from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE, CrashPoint
 from postledger.record.models import Answer, BatchStatus, FailureKind, PostStatus
-from tests.helpers import (
-    MONTH,
-    UPSTREAM_KINDS,
-    Sim,
-    finish_month_here,
-    on_worker_server,
-    postledger,
-    run_month,
-    start_sim,
-)
+from tests.support.commands import postledger
+from tests.support.months import MONTH, finish_month_here, on_worker_server, run_month
+from tests.support.simulators import UPSTREAM_KINDS, Sim, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 
@@ -258,7 +251,7 @@ def test_the_run_that_takes_over_a_crashed_runs_month_frees_its_slot_at_once(
     """Workers share one Prefect server: a run killed mid-batch leaves its `ai-batch` slot
     leased there until the lease lapses and a reaper frees it. The next run of the month,
     which takes the month over from the dead run, frees that run's slots first."""
-    from tests.helpers import ai_batch_slots_taken
+    from tests.support.prefect_api import ai_batch_slots_taken
 
     shared = on_worker_server(request)  # this worker's server, as a worker's would be
     crashed = run_month(tmp_path, POSTLEDGER_CRASH_AT="after_create", **shared)

@@ -21,7 +21,9 @@ from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.progress.month_table import COST, MICRO, WASTED
 from postledger.record.models import PostStatus
-from tests.helpers import Sim, postledger, write_jsonl
+from tests.support.commands import postledger
+from tests.support.months import write_jsonl
+from tests.support.simulators import Sim
 
 pytestmark = pytest.mark.processes  # runs postledger in processes of its own
 MONTH = "2026-07"

@@ -12,7 +12,9 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import Question
-from tests.helpers import MONTH, flow_run_state, in_background, wait_for
+from tests.support.months import MONTH
+from tests.support.prefect_api import flow_run_state
+from tests.support.waiting import in_background, wait_for
 
 ASK_TO_PAUSE_SECONDS = 5.0  # far longer than the real gap: the answer surely comes first
 

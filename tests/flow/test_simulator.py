@@ -11,7 +11,7 @@ import pytest
 
 from simulator.faults import FaultPlan, parse_compact
 from simulator.model import analyse
-from tests.helpers import simulator_process
+from tests.support.simulators import simulator_process
 
 POSTS = [{"id": "a", "text": "I love it, thanks!"}, {"id": "b", "text": "Why is it broken?"}]
 

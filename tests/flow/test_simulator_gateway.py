@@ -19,7 +19,7 @@ import pytest
 
 from simulator.faults import FaultPlan, parse_compact
 from simulator.gateway import ATTEMPTED_RETRIES
-from tests.helpers import simulator_process
+from tests.support.simulators import simulator_process
 
 LATENCY = 0.01
 MODEL = "sim-analyst-1"

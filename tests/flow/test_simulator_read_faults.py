@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from simulator.faults import load_plan, parse_compact
-from tests.helpers import simulator_process
+from tests.support.simulators import simulator_process
 
 LATENCY = 0.01
 SETTLE = 0.05  # seconds after a create by which its job has ended (no poll spent on waiting)

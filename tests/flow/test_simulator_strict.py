@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from simulator.openai_batch_rules import MAX_FILE_BYTES, upload_problem
-from tests.helpers import Sim, simulator_process
+from tests.support.simulators import Sim, simulator_process
 
 ENDPOINT = "/v1/chat/completions"
 

@@ -19,16 +19,10 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, PostStatus
-from tests.helpers import (
-    MONTH,
-    Processes,
-    Sim,
-    child_env,
-    children_of,
-    command_line,
-    posts_file,
-    start_sim,
-)
+from tests.support.commands import Processes
+from tests.support.months import MONTH, posts_file
+from tests.support.processes import child_env, children_of, command_line
+from tests.support.simulators import Sim, start_sim
 
 pytestmark = pytest.mark.processes  # runs postledger in other processes
 POSTS = 30  # ten batches of three

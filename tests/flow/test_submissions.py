@@ -20,17 +20,16 @@ from postledger.record.models import BatchStatus, PostStatus, SubmissionRecord
 from postledger.recovery.steps import RecoveryAction, recovery_plan
 from postledger.settings import DEFAULT_PROMPT, Settings
 from simulator.model import count_tokens
-from tests.helpers import (
+from tests.support.months import (
     MONTH,
-    Sim,
     assert_attempts_are_charges,
     finish_month_here,
     on_worker_server,
     run_month,
-    start_sim,
     statuses,
 )
-from tests.helpers import run_flow as run
+from tests.support.months import run_flow as run
+from tests.support.simulators import Sim, start_sim
 
 pytestmark = pytest.mark.usefixtures("fast_retries")
 FAST_TIMINGS = {

@@ -33,16 +33,11 @@ from postledger.guards.spend import estimate, money
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
 from postledger.settings import Settings
-from tests.helpers import (
-    Sim,
-    browser_page,
-    needs_chromium,
-    posts_file,
-    spawn,
-    start_sim,
-    stop,
-)
-from tests.prefect_server import PrefectServer
+from tests.support.browser import browser_page, needs_chromium
+from tests.support.months import posts_file
+from tests.support.prefect_server import PrefectServer
+from tests.support.processes import spawn, stop
+from tests.support.simulators import Sim, start_sim
 
 MONTH = "2026-10"
 POSTS = 8

@@ -25,8 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import REPO, browser_page, needs_chromium, run_process
-from tests.prefect_server import PrefectServer
+from tests.support.browser import browser_page, needs_chromium
+from tests.support.commands import run_process
+from tests.support.prefect_server import PrefectServer
+from tests.support.repo import REPO
 
 pytestmark = [
     needs_chromium,

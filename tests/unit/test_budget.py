@@ -1,7 +1,7 @@
 """Money: prices, estimates and costs as integers (`postledger/guards/spend.py`), and the
 month's totals over in-memory spend records (`spend_summary` in `postledger/guards/charges.py`).
 
-`check_budget` and `committed` (holding a batch that could cross `max_cost`) read the ledger in
+`budget_holds` and `committed` (holding a batch that could cross `max_cost`) read the ledger in
 a session, so they are covered by the ledger tests, not here.
 
 Rules proved: R3 (the possible charge written before the call is an estimate that does not fall
