@@ -1,0 +1,84 @@
+"""What a Message Batch shows: its body (processing_status, request_counts, results_url) and,
+once it ended, its results file, one JSON line per request.
+
+Its results are written once, the first time it is seen ended: a request a cancel stopped
+before its end is `canceled` there, and its charge is taken back then.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import Request
+
+from simulator.anthropic_api import message
+from simulator.anthropic_batch_state import AnthropicBatchState, BatchRequest, MessageBatch
+
+
+def batch_body(state: AnthropicBatchState, batch: MessageBatch, root: str) -> dict[str, Any]:
+    """The batch as the API shows it; `root`: the URL its `results_url` starts with."""
+    ended = batch.ended(time.monotonic())
+    if ended and not batch.results:
+        _write_results(state, batch)
+    counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+    for result in batch.results:
+        counts[result["result"]["type"]] += 1
+    counts["processing"] = 0 if ended else len(batch.requests)
+    status = "ended" if ended else "in_progress"
+    body: dict[str, Any] = {
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": status,
+        "request_counts": counts,
+        "created_at": _iso(batch.created_at),
+        "expires_at": _iso(batch.created_at + timedelta(hours=24)),
+        "ended_at": _iso(datetime.now(UTC)) if ended else None,
+        "cancel_initiated_at": None,
+        "archived_at": None,
+        "results_url": None,
+    }
+    if batch.cancel_at is not None:
+        body["cancel_initiated_at"] = _iso(datetime.now(UTC))
+    if ended:
+        body["results_url"] = f"{root}/v1/messages/batches/{batch.id}/results"
+    return body
+
+
+def results_jsonl(batch: MessageBatch) -> bytes:
+    """The results file of a batch whose results were written (`batch_body`)."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in batch.results).encode()
+
+
+def root_of(request: Request) -> str:
+    """The root URL the client reached the simulator at (its Host)."""
+    return str(request.base_url).rstrip("/")
+
+
+def _write_results(state: AnthropicBatchState, batch: MessageBatch) -> None:
+    batch.results = [_result(r, batch.cancel_at) for r in batch.requests]
+    for asked, result in zip(batch.requests, batch.results, strict=True):
+        if asked.fate == "succeeded" and result["result"]["type"] == "canceled":
+            state.upstream.bill_only(asked.task.task_id, [])  # it never ran to its end
+
+
+def _result(request: BatchRequest, cancel_at: float | None) -> dict[str, Any]:
+    """One line of the results file."""
+    task, fate = request.task, request.fate
+    if fate == "succeeded" and cancel_at is not None and cancel_at < task.done_at:
+        fate = "canceled"  # it had not finished when the cancel came: not billed
+    if fate == "succeeded":
+        answer = message(task.model, task.output, request.tool, task.input_tokens)
+        result: dict[str, Any] = {"type": "succeeded", "message": answer}
+    elif fate == "errored":
+        error = {"type": "api_error", "message": "Internal server error"}
+        result = {"type": "errored", "error": {"type": "error", "error": error}}
+    else:
+        result = {"type": fate}
+    return {"custom_id": request.custom_id, "result": result}
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
