@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -62,27 +63,18 @@ def run_month(
         # Imported while the server starts (~4 s): the environment already points Prefect at
         # it.
         from cli.run_logs import logs_above_the_bar
-        from cli.run_view import progress_bar, shown, what_this_run_did
+        from cli.run_view import progress_bar
         from flows.monthly import RunStopped, monthly_posts
         from flows.stop_request import stopping_on_signals
         from postledger.ledger import Ledger
         from postledger.progress.status import progress_of, status_of
-        from postledger.progress.tables import failures_table, status_table
 
         # The simulator after those imports, still well before the server answers: started
         # beside them, the three processes shared two cores and the server, which every step
         # waits for, got less than one (first paid call ~0.6 s later).
-        url: str | None = settings.upstream_url
+        url = settings.upstream_url
         if bundled:
-            simulator = running.enter_context(starting_simulator(latency=sim_latency))
-            # One name for every run's simulator, whatever its port: its breaker persists (R18).
-            os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", BUNDLED_SIMULATOR)
-            # The bundled simulator honours idempotency keys, as the task API kind may not.
-            os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
-            # The simulator speaks every kind, each at its usual base URL.
-            from postledger.upstreams import base_url_of
-
-            url = base_url_of(settings.upstream_kind, simulator.wait_ready())
+            url = _start_bundled_simulator(running, settings, sim_latency)
         os.environ["POSTLEDGER_UPSTREAM_URL"] = str(url)
         if server is not None:
             server.wait_ready()
@@ -108,6 +100,34 @@ def run_month(
     ledger.close()
     if report is None:
         return 1
+    _say_how_it_ended(console, month, before, report, settings)
+    return 0 if report["unfinished"] == 0 and not stopped else 1
+
+
+def _start_bundled_simulator(running: ExitStack, settings: Settings, sim_latency: float) -> str:
+    """The bundled simulator, started for this run; its base URL for the configured kind."""
+    from postledger.upstreams import base_url_of
+
+    simulator = running.enter_context(starting_simulator(latency=sim_latency))
+    # One name for every run's simulator, whatever its port: its breaker persists (R18).
+    os.environ.setdefault("POSTLEDGER_UPSTREAM_NAME", BUNDLED_SIMULATOR)
+    # The bundled simulator honours idempotency keys, as the task API kind may not.
+    os.environ.setdefault("POSTLEDGER_UPSTREAM_IDEMPOTENT", "true")
+    # The simulator speaks every kind, each at its usual base URL.
+    return base_url_of(settings.upstream_kind, simulator.wait_ready())
+
+
+def _say_how_it_ended(
+    console: Console,
+    month: str,
+    before: dict[str, Any] | None,
+    report: dict[str, Any],
+    settings: Settings,
+) -> None:
+    """The month's table, its failures, what this run did, and where the results are."""
+    from cli.run_view import shown, what_this_run_did
+    from postledger.progress.tables import failures_table, status_table
+
     console.print(status_table(report))
     if (table := failures_table(report)) is not None:
         console.print(table)
@@ -118,7 +138,6 @@ def run_month(
         f"results: postledger report --month {month}  (posts and a summary, as files)",
         highlight=False,
     )
-    return 0 if report["unfinished"] == 0 and not stopped else 1
 
 
 def _without_its_server(console: Console, month: str, code: int) -> None:

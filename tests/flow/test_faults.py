@@ -8,8 +8,9 @@ and /_sim/charges. What only one kind has: tests/flow/test_openai_chat.py, test_
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from postledger.record.models import BatchStatus, BreakerLevel, Charge, FailureK
 from tests.support.ledgers import ledger_text
 from tests.support.months import MONTH, assert_attempts_are_charges, statuses
 from tests.support.months import run_flow as run
+from tests.support.prefect_api import logs_shipped, logs_since
 from tests.support.processes import free_port
 from tests.support.simulators import UPSTREAM_KINDS, Sim, start_sim
 from tests.support.simulators import fault_cases as cases
@@ -268,17 +270,23 @@ def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
     ledger: Ledger,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("POSTLEDGER_REQUEST_RETRIES", "1")
     monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
-    run(tmp_path, 50)
+    started = datetime.now(UTC)
+    with logs_shipped():
+        run(tmp_path, 50)
     assert statuses(ledger) == {"completed": 50}
-    # Handled, and said so: one WARNING line in plain words; no ERROR, no traceback.
-    said = capfd.readouterr().err
-    assert "ERROR" not in said and "Traceback" not in said and "NoneType: None" not in said
-    handled = [line for line in said.splitlines() if "Handled:" in line]
-    assert len(handled) == 1 and "WARNING" in handled[0] and "HTTP 503" in handled[0]
+    # Handled, and said so in the run's log as the UI shows it: one WARNING line in plain
+    # words, no ERROR, no traceback.
+    logs = logs_since(started)
+    assert [log.message for log in logs if log.level >= logging.ERROR] == []
+    assert not [
+        log for log in logs if "Traceback" in log.message or "NoneType: None" in log.message
+    ]
+    handled = [log for log in logs if "Handled:" in log.message]
+    assert len(handled) == 1 and handled[0].level == logging.WARNING
+    assert "HTTP 503" in handled[0].message
     first, second = ledger.batches(MONTH)
     assert (first.sends, first.request_retries) == (2, 1)
     assert [e.why for e in ledger.events(MONTH) if e.entity_id == first.batch_id][2].endswith(

@@ -131,3 +131,26 @@ def flow_log(caplog: Any) -> Iterator[Callable[[], list[str]]]:
         yield lambda: [r.getMessage() for r in {id(r): r for r in caplog.records}.values()]
     finally:
         run_log.removeHandler(caplog.handler)
+
+
+@contextlib.contextmanager
+def logs_shipped() -> Iterator[None]:
+    """The runs' logs sent to the Prefect API while this lasts, as a deployment's are (the
+    local server a run starts has no UI, so it does not send them)."""
+    from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+
+    with temporary_settings({PREFECT_LOGGING_TO_API_ENABLED: True}):
+        yield
+
+
+def logs_since(start: Any) -> list[Any]:
+    """What the Prefect API holds of the runs' logs since `start` (a UTC datetime): what the
+    UI shows, formatted as sent (a traceback included)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterTimestamp
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # the log worker is shared: its queue sent, then read
+    with get_client(sync_client=True) as client:
+        since = LogFilter(timestamp=LogFilterTimestamp(after_=start))
+        return list(client.read_logs(log_filter=since))
