@@ -9,6 +9,9 @@ what a continue may cost (the probe batch's estimate, computed here from the led
 run's settings), the decision must have no preselected answer, and a submit without one must
 be refused (the run stays paused, nobody has answered). Then it chooses continue, writes a
 note, submits; the run goes on to `Completed`.
+While it waits, the run's log as the server holds it for the UIs says each transport fault the
+breaker counted in one WARNING line, with no ERROR and no traceback (a handled fault is no
+crash), and the v1 page shows those warnings and no traceback.
 Both UIs that Prefect 3.9 serves are driven: `v1` (Vue, `/runs/flow-run/<id>`, where the run's
 log links) and `v2` (React, `/v2/...`, the default for the dashboard).
 
@@ -126,6 +129,23 @@ def test_breaker_question_answered_in_the_prefect_ui(
         assert creates(failing_sim) >= 2 and failing_sim.charges() == []
 
         stake = at_stake(ledger, env)
+        # The transport faults the breaker counted were handled: the run's log, as the UIs
+        # show it, says each in one WARNING line, with no ERROR and no traceback.
+        # (A run sends its log lines every few seconds: waited for, the create's own first.)
+        wait_for(
+            "the run's log on the server",
+            lambda: any(
+                log["task_run_id"] and "POST /v1/tasks" in log["message"]
+                for log in run_logs(prefect_api, flow_run_id)
+            ),
+            60,
+            logs,
+        )
+        said = run_logs(prefect_api, flow_run_id)
+        assert [log["message"] for log in said if log["level"] >= 40] == []
+        assert not [log for log in said if "Traceback" in log["message"]]
+        handled = [log for log in said if "Handled:" in log["message"]]
+        assert len(handled) >= 2 and {log["level"] for log in handled} == {30}, handled
 
         def still_waiting() -> None:
             """Nothing was answered: the run is paused, the ledger's question still open."""
@@ -170,6 +190,14 @@ def test_breaker_question_answered_in_the_prefect_ui(
     charged = Counter(p for charge in failing_sim.charges() for p in charge["post_ids"])
     assert set(charged) == {f"p{i:02d}" for i in range(POSTS)}
     assert [p for p, n in charged.items() if n > 1] == []  # no post paid twice
+
+
+def run_logs(api_url: str, flow_run_id: str) -> list[dict[str, Any]]:
+    """The flow run's logs, its task runs' included, as the server holds them for the UIs."""
+    body = {"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200}
+    answer = httpx.post(f"{api_url}/logs/filter", json=body, timeout=10)
+    answer.raise_for_status()
+    return list(answer.json())
 
 
 def creates(sim: Sim) -> int:
@@ -249,6 +277,9 @@ def _answer_in_v1(
     """The Vue UI (the page the run's own log links to): Resume in the header, a modal with the
     question's markdown and a form built from `BreakerAnswer`'s schema."""
     page.goto(url)
+    # The run's log, shown on its page: the handled faults as plain warnings, no traceback.
+    playwright.expect(page.get_by_text("Handled:", exact=False).first).to_be_visible()
+    playwright.expect(page.get_by_text("Traceback", exact=False)).to_have_count(0)
     page.get_by_role("button", name="Resume", exact=True).click()
     dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
     dialog.get_by_text("is open", exact=False).first.wait_for()  # the question, as markdown
