@@ -218,8 +218,11 @@ async def run_naive(n: int, seed: int, latency: float, max_sends: int = 10) -> d
     """Resend the whole batch on any error, with no idempotency key; stop on nothing."""
     import httpx
 
+    from postledger.analysis import load_analysis
     from postledger.batches.output import check_output
     from simulator.child import simulator_process
+
+    analysis = load_analysis(None)  # the built-in analysis
 
     ids = [f"m{i:05d}" for i in range(n)]
     batches = [ids[i : i + 25] for i in range(0, n, 25)]
@@ -254,7 +257,7 @@ async def run_naive(n: int, seed: int, latency: float, max_sends: int = 10) -> d
                         if data.get("status") in ("succeeded", "failed"):
                             break
                         await asyncio.sleep(latency / 4)
-                    check = check_output(data.get("output") or "", batch)
+                    check = check_output(data.get("output") or "", batch, analysis)
                     if check.unusable is None and not check.invalid:
                         completed.update(batch)
                         return

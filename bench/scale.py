@@ -58,7 +58,7 @@ def main() -> int:
         ledger = Ledger(url)
         posts = timed("load the file", lambda: load_posts(posts_path))
         sync = lambda: ledger.sync_posts(  # noqa: E731
-            MONTH, posts, model=settings.model, prompt=settings.prompt
+            MONTH, posts, model=settings.model, analysis=settings.analysis_in_use()
         )
         report = timed("sync_posts (all new)", sync)
         assert report.new == args.count, report

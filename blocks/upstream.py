@@ -55,7 +55,11 @@ class PostledgerUpstream(Block):
         default=None, description="Sent as Authorization: Bearer (Anthropic's kinds: x-api-key)."
     )
     model: str | None = Field(default=None, description="Model name, e.g. gpt-4o-mini.")
-    prompt: str | None = Field(default=None, description="The instructions sent with a batch.")
+    prompt: str | None = Field(
+        default=None,
+        description="Replaces the instructions of the analysis each post is asked "
+        "(the run's analysis parameter, else POSTLEDGER_ANALYSIS, else the built-in one).",
+    )
     honours_idempotency_keys: bool | None = Field(
         default=None,
         description="task_api: the service honours Idempotency-Key, so a create may be retried "

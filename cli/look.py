@@ -132,12 +132,13 @@ def report(
 
     posts-MONTH.csv and posts-MONTH.jsonl hold one row per post: its id, the other fields of
     its input line (author, source, …; a name the report uses itself gets the prefix input_),
-    its status, category, sentiment and summary, why it failed, its paid attempts, and what it
+    its status, one column per field of the analysis it was asked (category, sentiment and
+    summary for the built-in one; typed in Parquet), why it failed, its paid attempts, and what it
     cost: cost_currency_units is its share of the month's confirmed spend (each batch's cost
     shared over its posts by characters, so the column adds up to the confirmed spend
     exactly), wasted_currency_units its share of spend paid for unusable output. Amounts are in
     the currency of the price table. summary-MONTH.md: the month in a page, with the completed
-    posts counted by category and by sentiment."""
+    posts counted by each value of each enum, list and true/false field."""
     # Plain SQL and no ORM, as `status`: one snapshot of the ledger, opened read-only.
     from postledger.defaults import ledger_url
     from postledger.progress.parquet import MissingPyarrow

@@ -34,6 +34,14 @@ def run(
             "charged twice (see `postledger plan`).",
         ),
     ] = False,
+    analysis: Annotated[
+        str | None,
+        typer.Option(
+            help="What each post is asked: a JSON Schema file (examples/support_triage.json) "
+            "or a pydantic model (module:Model, or file.py:Model); default POSTLEDGER_ANALYSIS, "
+            "else the built-in analysis (category, sentiment, summary). See docs/analysis.md.",
+        ),
+    ] = None,
 ) -> None:
     """Run the monthly flow for MONTH now, in this process (Prefect's local mode).
 
@@ -48,5 +56,13 @@ def run(
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     answers = {"poll": poll, "resubmit": resubmit} if poll or resubmit else {}
-    code = run_month(month, posts, sim_latency=latency, console=out, verbose=verbose, **answers)
+    code = run_month(
+        month,
+        posts,
+        sim_latency=latency,
+        console=out,
+        verbose=verbose,
+        analysis=analysis,
+        **answers,
+    )
     raise typer.Exit(code)

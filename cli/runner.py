@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from postledger.analysis import AnalysisError
 from postledger.batches.posts import InputError, default_posts_path, load_posts
 from postledger.defaults import BUNDLED_SIMULATOR
 from postledger.settings import Settings
@@ -30,14 +31,18 @@ def run_month(
     verbose: bool = False,
     poll: bool | None = None,
     resubmit: bool | None = None,
+    analysis: str | None = None,
 ) -> int:
     """Returns the exit code: 0 when every post ended (completed or failed), 1 otherwise."""
     settings = Settings()
+    if analysis:
+        settings = settings.model_copy(update={"analysis": analysis})
     path = posts_path or default_posts_path(settings.data_dir, month)
     try:
         total = len(load_posts(path))  # fail fast, before Prefect starts, with the same message
-    except InputError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        settings.analysis_in_use()  # and so does a bad analysis
+    except (InputError, AnalysisError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
 
     from flows.local_server import LocalServer, LocalServerBusy, starting_local_prefect_server
@@ -88,7 +93,13 @@ def run_month(
             stopping_on_signals(lambda words: console.print(f"[yellow]{words}[/]")),
         ):
             try:
-                monthly_posts(month=month, posts_path=str(path), poll=poll, resubmit=resubmit)
+                monthly_posts(
+                    month=month,
+                    posts_path=str(path),
+                    poll=poll,
+                    resubmit=resubmit,
+                    analysis=analysis,
+                )
             except InputError as exc:
                 console.print(f"[red]error:[/] {exc}")
                 return 2

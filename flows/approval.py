@@ -84,7 +84,10 @@ def pause_for_answer(
     try:
         # poll_interval is typed int but only ever slept on: a float works.
         reply = pause_flow_run(  # type: ignore[call-overload]
-            wait_for_input=form.with_initial_data(description=question),
+            wait_for_input=form.with_initial_data(
+                description=f"{question}\n\nEach post is asked the analysis "
+                f"{settings.analysis_in_use().said()}."
+            ),
             timeout=settings.approval_timeout,
             poll_interval=settings.approval_poll,
         )
@@ -114,7 +117,11 @@ def spent_so_far(ledger: Ledger, month: str, settings: Settings) -> str:
 def next_batch_cost(ledger: Ledger, month: str, settings: Settings) -> str:
     """What the next batch to send is estimated to cost, in words ("" without a price)."""
     price = settings.price()
-    upcoming = None if price is None else ledger.next_batch_estimate(month, price, settings.prompt)
+    upcoming = (
+        None
+        if price is None
+        else ledger.next_batch_estimate(month, price, settings.analysis_in_use().request_text)
+    )
     if upcoming is None:
         return ""
     batch_id, cost = upcoming

@@ -101,7 +101,8 @@ def progress_words(ledger: Ledger, report: dict[str, Any], settings: Settings) -
     """The progress artifact's description: posts, spend in currency units, and, while a run
     of the month is paused, what it asks, what each answer costs and how to answer."""
     month = report["month"]
-    words = f"{report['completed']} of {report['total']} posts completed; " + spend_words(
+    words = f"The analysis {settings.analysis_in_use().said()}: "
+    words += f"{report['completed']} of {report['total']} posts completed; " + spend_words(
         ledger.spend_totals(month), simulated=settings.simulated()
     )
     question = ledger.approvals.waiting(month)

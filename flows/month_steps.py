@@ -77,14 +77,16 @@ def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
     settings = run.settings
     if len(posts) >= due_work.LONG_STEP_POSTS:  # seconds of work: said before, not after
         logger.info("%s: writing %d posts of %s to the ledger", run.month, len(posts), path)
-    synced = run.ledger.sync_posts(run.month, posts, model=settings.model, prompt=settings.prompt)
+    analysis = settings.analysis_in_use()
+    synced = run.ledger.sync_posts(run.month, posts, model=settings.model, analysis=analysis)
     if closed := run.ledger.close_emptied(run.month):
         logger.info("closed %d sent batches whose posts all changed since", len(closed))
     logger.info(
-        "%s: %d posts in %s (%d new, %d unchanged, %d changed)",
+        "%s: %d posts in %s, asked the analysis %r (%d new, %d unchanged, %d changed)",
         run.month,
         len(posts),
         path,
+        analysis.name,
         synced.new,
         synced.unchanged,
         synced.changed,
@@ -93,7 +95,11 @@ def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
 
 def finish_saved_outputs_first(run: MonthRun) -> None:
     """Safe work first: saved outputs are finished without calling the AI (R21)."""
-    if finished := finish_saved_outputs(run.ledger, run.month, run.settings.limits()):
+    settings = run.settings
+    finished = finish_saved_outputs(
+        run.ledger, run.month, settings.analysis_in_use(), settings.limits()
+    )
+    if finished:
         get_run_logger().info("finished %d batches from their saved outputs", len(finished))
 
 

@@ -38,6 +38,7 @@ from flows.month_steps import (
 from flows.stop_request import stop_on_signals_again
 from postledger.ledger import LedgerUnavailable, MonthBusy, open_ledger
 from postledger.preflight import (
+    AnalysisError,
     InputError,
     NotReady,
     Post,
@@ -76,6 +77,7 @@ def monthly_posts(
     resubmit: bool | None = None,
     upstream_block: str | None = None,
     ledger_block: str | None = None,
+    analysis: str | None = None,
 ) -> dict[str, Any]:
     """Process one month of posts (default: the month before today, UTC).
 
@@ -95,10 +97,16 @@ def monthly_posts(
             POSTLEDGER_UPSTREAM_* variables.
         ledger_block: Name of a postledger-ledger block (the ledger's database). Empty: the
             POSTLEDGER_DATABASE_URL variable, or the SQLite file in the project folder.
+        analysis: What each post is asked (docs/analysis.md): a JSON Schema file
+            (examples/support_triage.json) or a pydantic model (module:Model), from the
+            project folder. Empty: POSTLEDGER_ANALYSIS, else the built-in analysis (category,
+            sentiment, summary). A changed analysis is new work: posts are asked again.
     """
     stop_on_signals_again()  # under `postledger run`: see flows/stop_request.py
     say_handled_faults_plainly()  # an upstream fault the trip handles is no crash in the log
     settings = settings_from_blocks(upstream_block, ledger_block)
+    if analysis:
+        settings = settings.model_copy(update={"analysis": analysis})
     with lighter_task_run_clients():
         return _monthly_posts(settings, month, posts_path, poll, resubmit)
 
@@ -113,6 +121,12 @@ def _monthly_posts(
     month = parse_month(month) if month else previous_month()
     path = Path(posts_path) if posts_path else default_posts_path(settings.data_dir, month)
     posts = load_posts(path)  # a bad file stops here, before the ledger is touched
+    try:  # and so does a bad analysis, read once for the whole run
+        settings = settings.fixed_analysis()
+    except AnalysisError as exc:
+        raise RunStopped(
+            f"{month}: nothing was done: the analysis cannot be used:\n{exc}"
+        ) from None
     try:
         check_ready(settings)  # so is a configuration that would stop every batch
     except NotReady as exc:

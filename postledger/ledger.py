@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine
 from sqlmodel import Session
 
+from postledger.analysis import Analysis
 from postledger.batches import planning, recovered, sending, submissions
 from postledger.batches.intake import SyncReport, sync_posts
 from postledger.batches.output import OutputCheck
@@ -35,6 +36,7 @@ from postledger.guards.charges import (
     settle,
 )
 from postledger.guards.spend import estimate, unpriced_budget
+from postledger.record.analyses import keep_analysis
 from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, LedgerUnavailable, WriteLocks, create_schema, make_engine
 from postledger.record.migrate import check_current, current_revision
@@ -140,12 +142,14 @@ class Ledger(LedgerReads):
     # --- input and planning ----------------------------------------------------------------
 
     def sync_posts(
-        self, month: str, posts: Sequence[Post], *, model: str, prompt: str
+        self, month: str, posts: Sequence[Post], *, model: str, analysis: Analysis
     ) -> SyncReport:
-        """Make the ledger know every post of the file: new ones `pending`, unchanged ones as
-        they were, changed ones (text, model or prompt, R25) back to `pending`."""
+        """Make the ledger know every post of the file and the analysis they are asked: new
+        posts `pending`, unchanged ones as they were, changed ones (text, model or the
+        analysis, R25) back to `pending`."""
         with collector_paused(), self._write(month) as (session, moves):
-            return sync_posts(session, moves, month, posts, model=model, prompt=prompt)
+            keep_analysis(session, analysis)
+            return sync_posts(session, moves, month, posts, model=model, analysis=analysis)
 
     def replan_unsent(self, month: str) -> int:
         """Dissolve batches planned by an earlier run but never sent: they cost nothing, and

@@ -12,6 +12,7 @@ import os
 
 from sqlalchemy.engine import make_url
 
+from postledger.analysis import AnalysisError
 from postledger.batches.posts import (
     InputError,
     Post,
@@ -40,6 +41,7 @@ from postledger.upstreams import UpstreamNotConfigured, check_configured, needs_
 
 __all__ = [
     "Adoption",
+    "AnalysisError",
     "Coverage",
     "InputError",
     "NotReady",

@@ -7,6 +7,7 @@ a value came from. A key is a `SecretStr`: passed along, never shown, logged or 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from postledger.analysis import Analysis, load_analysis
 from postledger.defaults import (
     BUNDLED_SIMULATOR,
     DEFAULT_PRICES,
@@ -35,13 +37,6 @@ class Limits:
     max_requeues: int = 5  # unpaid bounces per post (rate limits, never-delivered requests)
     default_wait: float = 30.0  # seconds, when a rate limit gives no usable Retry-After
     max_wait: float = 600.0  # seconds, the longest wait a Retry-After may impose
-
-
-DEFAULT_PROMPT = (
-    "For each post, return one JSON object with its id, a category (one of: question, "
-    "complaint, praise, suggestion, news, other), a sentiment (positive, neutral, negative) "
-    "and a one-sentence summary. Answer with a JSON list only."
-)
 
 
 class UpstreamKind(StrEnum):
@@ -103,7 +98,18 @@ class Settings(BaseSettings):
         description="sent as Authorization: Bearer (Anthropic's kinds: as x-api-key)",
     )
     model: str = "sim-analyst-1"
-    prompt: str = DEFAULT_PROMPT
+    analysis: str | None = Field(
+        default=None,
+        description="what each post is asked (docs/analysis.md): a JSON Schema file "
+        "(examples/support_triage.json), a pydantic model (examples.support_triage:SupportTriage "
+        "or a file.py:Model), or the JSON Schema itself; empty: the built-in analysis "
+        "(category, sentiment, summary)",
+    )
+    prompt: str | None = Field(
+        default=None,
+        description="replaces the analysis's instructions (its description, or the pydantic "
+        "model's docstring); empty: the analysis's own",
+    )
     upstream_idempotent: bool = Field(
         default=False,
         description="task_api only: set true if the upstream honours Idempotency-Key (a create "
@@ -229,6 +235,17 @@ class Settings(BaseSettings):
     def simulated(self) -> bool:
         """Whether the upstream is `postledger run`'s bundled simulator: nothing is paid."""
         return self.breaker_name() == BUNDLED_SIMULATOR
+
+    def analysis_in_use(self) -> Analysis:
+        """The analysis each post is asked; raises AnalysisError when it cannot be used."""
+        return load_analysis(self.analysis, instructions=self.prompt)
+
+    def fixed_analysis(self) -> Settings:
+        """These settings with their analysis read once and given as its JSON Schema itself:
+        every batch of a run asks the same question, even if the file changes meanwhile."""
+        analysis = self.analysis_in_use()
+        text = json.dumps(analysis.json_schema(), ensure_ascii=False)  # its fields in order
+        return self.model_copy(update={"analysis": text, "prompt": None})
 
     def price(self) -> Price | None:
         """The price of the configured model; None if the table has none."""

@@ -1,7 +1,8 @@
 """The simulator's Anthropic face: the Messages API, over the same tasks, the same fault
 injection and the same charge log as the task API.
 
-POST /v1/messages   one synchronous message: charged, answered after the latency
+POST /v1/messages   one synchronous message: charged, answered after the latency, in the
+                    shape of its forced tool's `results` items (`simulator.analyses`)
 
 It refuses what Anthropic refuses, with Anthropic's error body (`{"type": "error", "error":
 {"type", "message"}}`) and a `request-id` header: no `anthropic-version` header (or one that
@@ -33,6 +34,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from simulator.analyses import messages_item_schema
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
@@ -235,6 +237,7 @@ def add_anthropic_routes(
             now=time.monotonic(),
             on_new=on_new,
             honour_key=False,
+            schema=messages_item_schema(body),
         )
         return task
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 
+from simulator.analyses import messages_item_schema
 from simulator.anthropic_api import (
     anthropic_error,
     before_create,
@@ -124,6 +125,7 @@ def _run(
         now=time.monotonic(),
         on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id) if faulted else None,
         honour_key=False,
+        schema=messages_item_schema(params),
     )
     return BatchRequest(custom_id, task, tool)
 

@@ -33,9 +33,15 @@ poll of each upstream id gets an HTML page".
                                     task ends `failed`)
     output  not_json | wrong_shape | truncated | unknown_ids                  (whole output;
                                  Batch API: the whole answer of one request (line))
-            missing_id | stray_id | bad_field | duplicate_id          (one item of the output)
+            missing_id | stray_id | bad_field | duplicate_id |        (one item of the output)
+            missing_field | long_string
             request_error       (Batch API: one request (line) of the batch fails with a 500;
                                  elsewhere: one post's item is missing)
+
+Output faults spoil in the shape of the analysis asked (`simulator.item_spoils`): `bad_field`
+an enum value outside its values (default analysis: `"sentiment": "ecstatic"`),
+`missing_field` the item's first field left out, `long_string` its first text field one
+character past its bound (no text field: as `bad_field`).
 
 The OpenAI routes meet the same rules: `create` is POST /v1/chat/completions and POST
 /v1/batches, `poll` is GET /v1/batches/{id}, `results` GET /v1/files/{id}/content, `list`
@@ -144,6 +150,7 @@ LIST_FAULTS = TRANSPORT | {"html", "cut_json"}
 TASK_FAULTS = {"task_failed", "expired", "cancelled"}
 WHOLE_OUTPUT = {"not_json", "wrong_shape", "truncated", "unknown_ids"}
 ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id", "request_error"}
+ONE_ITEM |= {"missing_field", "long_string"}
 
 KINDS: dict[Route, set[str]] = {
     Route.CREATE: CREATE_BEFORE | CREATE_AFTER | CREATE_REFUSED | CREATE_GATEWAY,

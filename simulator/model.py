@@ -1,7 +1,9 @@
 """The simulator's "model": a deterministic analysis derived from the post text alone.
 
 Good enough to look like an answer, cheap enough to run thousands of times, and the same text
-always gives the same answer, so tests can compare results across runs.
+always gives the same answer, so tests can compare results across runs. The default analysis
+(its category, sentiment and summary) is answered by `analyse`, word for word as before an
+analysis could be chosen; any other analysis field by field (`simulator.answers`).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from postledger.batches.output import Category, Sentiment
+from postledger.analysis.default import Category, Sentiment
+from simulator.analyses import analysis_of, is_default
+from simulator.answers import SUMMARY_CHARS, answer_item, cut, first_sentence
 
 _QUESTION = re.compile(
     r"\?|？|¿|^(how|why|what|when|where|can|does|is|are|do|should|which)\b|怎么|如何|吗|什么"
@@ -41,8 +45,6 @@ _NEGATIVE = re.compile(
     r"problema|schlecht|fehler|kaputt|nul|problème|déçu|問題|最悪|ruim|péssimo|😡|👎",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
-SUMMARY_CHARS = 140
 
 
 class ModelItem(TypedDict):
@@ -80,14 +82,18 @@ def analyse(post_id: str, text: str) -> ModelItem:
 
 
 def summarise(text: str) -> str:
-    first = next((part.strip() for part in _SENTENCE_END.split(text) if part.strip()), text)
-    first = " ".join(first.split())
-    return first if len(first) <= SUMMARY_CHARS else first[: SUMMARY_CHARS - 1].rstrip() + "…"
+    return cut(first_sentence(text), SUMMARY_CHARS)
 
 
-def write_output(posts: Sequence[tuple[str, str]]) -> str:
-    """The text the model "writes" for a batch: a JSON list, one item per post."""
-    return json.dumps([analyse(pid, text) for pid, text in posts], ensure_ascii=False)
+def write_output(posts: Sequence[tuple[str, str]], schema: dict[str, Any] | None = None) -> str:
+    """The text the model "writes" for a batch: a JSON list, one item per post, each in the
+    shape of the item schema the request carried (`simulator.analyses`; none: the default)."""
+    analysis = analysis_of(schema)
+    if is_default(analysis):
+        items: list[Any] = [analyse(pid, text) for pid, text in posts]
+    else:
+        items = [answer_item(analysis, pid, text) for pid, text in posts]
+    return json.dumps(items, ensure_ascii=False)
 
 
 def count_tokens(text: str) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from simulator.model import count_tokens
 from simulator.openai_chat import answer_text, completion
 from simulator.openai_state import OpenAIState, SimBatch, new_id
+from simulator.openai_strict import refusal_body
 from simulator.outputs import spoil_output
 
 ENDPOINT = "/v1/chat/completions"
@@ -118,7 +119,11 @@ def _result_lines(
     out, errors = [], []
     for index, (custom_id, post_ids) in enumerate(batch.requests):
         line: dict[str, Any] = {"id": new_id("batch_req"), "custom_id": custom_id}
-        if index >= ran:
+        if custom_id in batch.refused:  # refused at once, as OpenAI refuses such a request
+            body = refusal_body(batch.refused[custom_id])
+            response = {"status_code": 400, "request_id": new_id("req"), "body": body}
+            errors.append({**line, "response": response, "error": None})
+        elif index >= ran:
             code, message = UNDONE[status]
             errors.append({**line, "response": None, "error": {"code": code, "message": message}})
         elif custom_id == batch.failed_request:
@@ -154,7 +159,8 @@ def _answered(
     own = None if of_post is None else [item for pid in post_ids for item in of_post.get(pid, [])]
     text = task.output if own is None else json.dumps(own, ensure_ascii=False)
     if batch.spoiled_request is not None and batch.spoiled_request[0] == custom_id:
-        text = spoil_output(text, batch.spoiled_request[1], state.faults.pick).text
+        fault = batch.spoiled_request[1]
+        text = spoil_output(text, fault, state.faults.pick, task.schema).text
     content = answer_text(text, json_mode=batch.json_mode)
     prompt_tokens = count_tokens(task.prompt) + sum(
         count_tokens(texts[post_id]) for post_id in post_ids

@@ -11,17 +11,21 @@ Fault routes (`simulator.faults`): `poll` is GET /v1/batches/{id}, `list` GET /v
 
 A batch runs all its requests as one simulated task (one charge listing every post, under the
 `postledger_key` of its metadata), which takes the simulator's latency; what it shows once it
-ended is `simulator.openai_batch_output`'s.
+ended is `simulator.openai_batch_output`'s. It answers the analysis its first line asks
+(`simulator.analyses`). A line whose strict schema OpenAI would refuse
+(`simulator.openai_strict`) does not run: its 400 is in the error file, and it is not billed.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
+from simulator.analyses import chat_item_schema
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.openai_batch_output import ENDPOINT, batch_body
@@ -36,6 +40,7 @@ from simulator.openai_state import (
     invalid,
     new_id,
 )
+from simulator.openai_strict import strict_problem
 from simulator.outputs import spoil_noted
 from simulator.read_faults import answered_early, spoiled_answer
 from simulator.responses import refusal, transport_fault
@@ -45,12 +50,14 @@ from simulator.upstream import SimTask
 @dataclass
 class _BatchInput:
     """A create request that passed the checks: its body, its input file and that file's
-    lines, valid and not (any invalid line makes a batch that fails validation)."""
+    lines, valid and not (any invalid line makes a batch that fails validation), and why
+    each line whose schema OpenAI refuses is refused, by custom_id."""
 
     body: dict[str, Any]
     source: SimFile
     lines: list[dict[str, Any]]
     bad_lines: list[dict[str, Any]]
+    refused: dict[str, str]
 
 
 @dataclass
@@ -80,7 +87,7 @@ class _BatchFaults:
             self.spoiled_request = (custom_id, output_fault.fault)
             faults.note(output_fault, custom_id=custom_id)
         elif output_fault is not None:
-            task.output = spoil_noted(faults, output_fault, task.output)
+            task.output = spoil_noted(faults, output_fault, task.output, task.schema)
 
 
 def _batch_input(state: OpenAIState, body: Any) -> _BatchInput | Response:
@@ -95,32 +102,61 @@ def _batch_input(state: OpenAIState, body: Any) -> _BatchInput | Response:
     lines, bad_lines = line_errors(source.content, ENDPOINT)
     if not lines and not bad_lines:
         return invalid("the input file has no requests")
-    return _BatchInput(body, source, lines, bad_lines)
+    problems = {str(line["custom_id"]): strict_problem(line["body"]) for line in lines}
+    refused = {custom_id: problem for custom_id, problem in problems.items() if problem}
+    return _BatchInput(body, source, lines, bad_lines, refused)
 
 
 def _metadata(body: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
 
 
-def _new_batch(state: OpenAIState, given: _BatchInput, *, faulted: bool = True) -> SimBatch:
-    """A batch of the valid lines, made and charged; `faulted=False`: it meets no task or
-    output fault."""
-    lines = given.lines
-    prompt = chat_input(lines[0]["body"]["messages"])[0]
-    asked = [(str(line["custom_id"]), chat_input(line["body"]["messages"])[1]) for line in lines]
-    posts = [post for _, of_request in asked for post in of_request]
-    requests = [(custom_id, [pid for pid, _ in of_request]) for custom_id, of_request in asked]
-    metadata = _metadata(given.body)
-    drawn = _BatchFaults(state.faults, new_id("batch"), requests)
+def _batch_task(
+    state: OpenAIState,
+    lines: list[dict[str, Any]],
+    posts: list[tuple[str, str]],
+    key: str | None,
+    on_new: Callable[[SimTask], None] | None,
+) -> SimTask:
+    """The one task that runs these lines (`posts`: theirs), made and charged; no line to run
+    (every one refused): a task never billed, that ends after the latency."""
+    if not lines:
+        now = time.monotonic()
+        return SimTask(
+            new_id("task"), None, "", "", [], now, now + state.upstream.latency, "[]", 0, 0
+        )
+    first = lines[0]["body"]
+    prompt = chat_input(first["messages"])[0]
     task, _ = state.upstream.create(
-        model=str(lines[0]["body"].get("model", "")),
+        model=str(first.get("model", "")),
         prompt=prompt,
         posts=posts,
-        idempotency_key=metadata.get("postledger_key"),
+        idempotency_key=key,
         now=time.monotonic(),
-        on_new=drawn.draw if faulted else None,
+        on_new=on_new,
         honour_key=False,
+        schema=chat_item_schema(first, prompt),
     )
+    return task
+
+
+def _new_batch(state: OpenAIState, given: _BatchInput, *, faulted: bool = True) -> SimBatch:
+    """A batch of the valid lines, made and charged for those not refused; `faulted=False`:
+    it meets no task or output fault."""
+    asked = [
+        (str(line["custom_id"]), chat_input(line["body"]["messages"])[1]) for line in given.lines
+    ]
+    requests = [(custom_id, [pid for pid, _ in of_request]) for custom_id, of_request in asked]
+    refused = given.refused
+    lines = [line for line in given.lines if str(line["custom_id"]) not in refused]
+    posts = [
+        post for custom_id, of_request in asked if custom_id not in refused for post in of_request
+    ]
+    running = [request for request in requests if request[0] not in refused]
+    metadata = _metadata(given.body)
+    drawn = _BatchFaults(state.faults, new_id("batch"), running)
+    on_new = drawn.draw if faulted else None
+    task = _batch_task(state, lines, posts, metadata.get("postledger_key"), on_new)
     batch = SimBatch(
         id=drawn.batch_id,
         task=task,
@@ -130,11 +166,17 @@ def _new_batch(state: OpenAIState, given: _BatchInput, *, faulted: bool = True) 
         created_at=int(time.time()),
         fate=drawn.fate,
         requests=requests,
-        json_mode=json_mode(lines[0]["body"]),
+        json_mode=json_mode(lines[0]["body"]) if lines else True,
         failed_request=drawn.failed_request,
         spoiled_request=drawn.spoiled_request,
+        refused=given.refused,
     )
     return state.add_batch(batch)
+
+
+def _charged(batch: SimBatch) -> list[str]:
+    """The charge a batch made: none when every line was refused."""
+    return [batch.task.task_id] if batch.task.posts else []
 
 
 def _rejected_batch(state: OpenAIState, given: _BatchInput) -> SimBatch:
@@ -160,7 +202,7 @@ def _batch_again(state: OpenAIState, given: _BatchInput) -> Made:
     if given.bad_lines:
         return Made(batch=_rejected_batch(state, given).id)
     batch = _new_batch(state, given, faulted=False)
-    return Made([batch.task.task_id], batch.id)
+    return Made(_charged(batch), batch.id)
 
 
 def _listing(state: OpenAIState, limit: int, after: str | None) -> dict[str, Any]:
@@ -200,7 +242,7 @@ def add_batch_routes(app: FastAPI, state: OpenAIState) -> None:
             return batch_body(state, rejected)
         batch = _new_batch(state, given)
         if decision is not None:
-            faults.note(decision, made=[batch.task.task_id], batch_id=batch.id)
+            faults.note(decision, made=_charged(batch), batch_id=batch.id)
             return await transport_fault(decision)  # made and charged, the answer is lost
         return batch_body(state, batch)
 

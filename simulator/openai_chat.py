@@ -2,6 +2,9 @@
 Anthropic faces reuse (a batch line is a chat request; its output line a chat completion).
 
 POST /v1/chat/completions     one synchronous completion: charged, answered after the latency
+
+A completion answers the analysis its request asks (`simulator.analyses`); a strict
+`json_schema` OpenAI would refuse is refused as OpenAI does (`simulator.openai_strict`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
+from simulator.analyses import chat_item_schema
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Route
 from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
 from simulator.openai_state import OpenAIState, denied, invalid, new_id
+from simulator.openai_strict import refused, strict_problem
 from simulator.outputs import spoiled_by
 from simulator.responses import error, refusal, transport_fault
 from simulator.upstream import SimTask, until_done
@@ -100,6 +105,7 @@ def _completion_task(
         now=time.monotonic(),
         on_new=on_new,
         honour_key=False,
+        schema=chat_item_schema(body, prompt),
     )
     return task
 
@@ -129,6 +135,8 @@ def add_chat_routes(app: FastAPI, state: OpenAIState) -> None:
         body = await request.json()
         if not isinstance(body, dict) or not body.get("model") or not body.get("messages"):
             return invalid("model and messages are required")
+        if (problem := strict_problem(body)) is not None:
+            return refused(problem)  # as OpenAI: before anything is made or charged
         decision = faults.decide(Route.CREATE)
         if decision is not None and decision.fault in CREATE_REFUSED:
             return refusal(decision, openai=True)

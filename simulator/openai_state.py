@@ -66,6 +66,9 @@ class SimBatch:
     counts: dict[str, int] = field(default_factory=dict)
     # Why its input file failed validation, one item per bad line (`errors.data`).
     line_errors: list[dict[str, Any]] = field(default_factory=list)
+    # The requests refused for their schema (`simulator.openai_strict`): never run, answered
+    # with their 400 in the error file. By custom_id, OpenAI's message.
+    refused: dict[str, str] = field(default_factory=dict)
 
     def status(self, now: float) -> str:
         if self.cancel_at is not None and self.task.state(now) not in ENDED_STATES:

@@ -1,9 +1,11 @@
 """The simulator's own face: an async task API like the paid services speak.
 
-POST /v1/tasks            {model, prompt, posts: [{id, text}]} + Idempotency-Key -> 202
+POST /v1/tasks            {model, prompt, schema?, posts: [{id, text}]} + Idempotency-Key -> 202
 GET  /v1/tasks/{task_id}  status, output, usage; `?wait=S` holds the answer up to S seconds
 
-Fault routes (`simulator.faults`): `create` is POST /v1/tasks, `poll` GET /v1/tasks/{id}.
+`schema` is the JSON Schema of one post's answer (`simulator.analyses`); without it (older
+clients), the default analysis. Fault routes (`simulator.faults`): `create` is POST /v1/tasks,
+`poll` GET /v1/tasks/{id}.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class CreateTask(BaseModel):
     model: str = Field(min_length=1)
     prompt: str
     posts: list[PostIn] = Field(min_length=1)
+    # Any JSON at all: one the simulator cannot read is asked the default analysis, as a
+    # server that ignores it would.
+    item_schema: Any = Field(default=None, alias="schema")
 
 
 @dataclass
@@ -68,6 +73,7 @@ class TaskApi:
             idempotency_key=idempotency_key,
             now=time.monotonic(),
             on_new=spoil if faulted else None,
+            schema=body.item_schema if isinstance(body.item_schema, dict) else None,
         )
 
     def make_again(self, body: CreateTask, idempotency_key: str | None) -> Made:

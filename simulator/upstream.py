@@ -41,6 +41,10 @@ class SimTask:
     input_tokens: int
     output_tokens: int
     error: str | None = None
+    # The item schema the request asked its answer in (`simulator.analyses`; None: the
+    # default analysis): a repeat under the same key must ask the same, and output faults
+    # spoil an answer in its shape.
+    schema: dict[str, Any] | None = None
 
     def state(self, now: float) -> TaskState:
         if now >= self.done_at:
@@ -123,18 +127,24 @@ class Upstream:
         now: float,
         on_new: Callable[[SimTask], None] | None = None,
         honour_key: bool = True,
+        schema: dict[str, Any] | None = None,
     ) -> tuple[SimTask, bool]:
         """Accept a task; returns (task, charged). A known key returns its task, uncharged.
         `honour_key=False`: the protocol has no idempotency keys; the key (if any) is only
-        written into the charge log."""
+        written into the charge log. `schema`: the item schema its answer is asked in."""
         honour_key = honour_key and self.honour_keys
         with self.lock:
             if honour_key and idempotency_key in self.by_key:
                 task = self.tasks[self.by_key[idempotency_key]]
-                if (task.model, task.prompt, task.posts) != (model, prompt, posts):
+                if (task.model, task.prompt, task.posts, task.schema) != (
+                    model,
+                    prompt,
+                    posts,
+                    schema,
+                ):
                     raise IdempotencyConflict(idempotency_key)
                 return task, False
-            output = write_output(posts)
+            output = write_output(posts, schema)
             task = SimTask(
                 task_id="task_" + uuid.UUID(int=self._ids.getrandbits(128), version=4).hex,
                 idempotency_key=idempotency_key,
@@ -146,6 +156,7 @@ class Upstream:
                 output=output,
                 input_tokens=count_tokens(prompt) + sum(count_tokens(t) for _, t in posts),
                 output_tokens=count_tokens(output),
+                schema=schema,
             )
             wall = datetime.now(UTC)
             ends = "" if self.held else (wall + timedelta(seconds=self.latency)).isoformat()
@@ -182,7 +193,7 @@ class Upstream:
             if not ran:
                 del self.charges[index]
                 return
-            output = write_output(ran)
+            output = write_output(ran, task.schema)
             self.charges[index] = replace(
                 self.charges[index],
                 post_ids=[pid for pid, _ in ran],

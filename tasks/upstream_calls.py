@@ -89,7 +89,9 @@ async def create_upstream_task(
     the answer itself. Retried only when that cannot pay twice: the request never left, or
     the upstream honours the idempotency key that every create carries."""
     _count_retry(ledger_url, batch_id, settings, holder)
-    request = CreateRequest(batch_id, settings.model, settings.prompt, posts, idempotency_key)
+    request = CreateRequest(
+        batch_id, settings.model, settings.analysis_in_use(), posts, idempotency_key
+    )
     async with upstream_for(settings) as client:
         return await create_task(client, request)
 
@@ -140,7 +142,9 @@ async def submit_upstream_job(
     batch. Retried only when that cannot pay twice, as a create is. A request retry is
     counted on the submission's first batch (R16)."""
     _count_retry(ledger_url, lines[0][0], settings, holder)
-    job = JobRequest(submission_id, settings.model, settings.prompt, lines, idempotency_key)
+    job = JobRequest(
+        submission_id, settings.model, settings.analysis_in_use(), lines, idempotency_key
+    )
     async with upstream_for(settings) as client:
         return await submit_job(client, job)
 

@@ -20,6 +20,8 @@ from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from postledger.analysis import Analysis, fields_version
+from postledger.analysis.default import DEFAULT_FIELDS_VERSION
 from postledger.batches.posts import InputDigest, Post, changed_parts, legacy_fingerprint
 from postledger.record.db import CHUNK, chunks, rows_into
 from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
@@ -40,10 +42,10 @@ def sync_posts(
     posts: Sequence[Post],
     *,
     model: str,
-    prompt: str,
+    analysis: Analysis,
 ) -> SyncReport:
-    """New posts `pending`, unchanged ones as they were, changed ones (text, model or prompt)
-    back to `pending`, with nothing of their old work (R25, R50)."""
+    """New posts `pending`, unchanged ones as they were, changed ones (text, model or the
+    analysis) back to `pending`, with nothing of their old work (R25, R50)."""
     table = PostRecord.__table__  # type: ignore[attr-defined]
     c = table.c  # five columns: more than sqlmodel's `select` takes
     known: dict[str, tuple[int, str, bool, str]] = {
@@ -63,7 +65,9 @@ def sync_posts(
     changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
     unchanged = 0
     now = utcnow()
-    digest = InputDigest(model, prompt)
+    digest = InputDigest(model, analysis)
+    # Ledgers older than the fingerprint's parts knew only the built-in fields.
+    legacy = fields_version(analysis) == DEFAULT_FIELDS_VERSION
     # Nothing else is written until the new posts are: on PostgreSQL their COPY stays open
     # while the file is read.
     with rows_into(session.connection(), table) as insert_posts:
@@ -77,7 +81,11 @@ def sync_posts(
                     new = []
                 continue
             known_position, known_print, no_inputs, known_fields = row
-            if no_inputs and known_print == legacy_fingerprint(post.text, model, prompt):
+            if (
+                legacy
+                and no_inputs
+                and known_print == legacy_fingerprint(post.text, model, analysis.instructions)
+            ):
                 upgraded.append({"pid": post.id, "fingerprint": print_, "inputs": parts})
             elif known_print != print_:
                 changed[post.id] = (position, post, parts, print_)

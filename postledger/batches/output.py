@@ -1,4 +1,4 @@
-"""The analysis the AI returns for each post, and the check of a batch's raw output.
+"""The check of a batch's raw output: one verdict per post, by the analysis asked for.
 
 Output is saved *before* it is checked (R4), so this is a pure function over saved text: it can
 run again after a crash with the same answer.
@@ -11,51 +11,24 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-SCHEMA_VERSION = "1"
-
-
-class Category(StrEnum):
-    QUESTION = "question"
-    COMPLAINT = "complaint"
-    PRAISE = "praise"
-    SUGGESTION = "suggestion"
-    NEWS = "news"
-    OTHER = "other"
-
-
-class Sentiment(StrEnum):
-    POSITIVE = "positive"
-    NEUTRAL = "neutral"
-    NEGATIVE = "negative"
-
-
-class Analysis(BaseModel):
-    """One post's result, as the ledger keeps it."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    id: str = Field(min_length=1)
-    category: Category
-    sentiment: Sentiment
-    summary: str = Field(min_length=1, max_length=1000)
+from postledger.analysis import Analysis
 
 
 @dataclass(frozen=True)
 class OutputCheck:
-    """What a batch's raw output holds: usable results, and why the rest is not usable."""
+    """What a batch's raw output holds: each usable post's result (its fields, by the
+    analysis), and why the rest is not usable."""
 
-    valid: dict[str, Analysis] = field(default_factory=dict)
+    valid: dict[str, dict[str, Any]] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # post id -> reason
     unusable: str | None = None  # the whole output is unusable, and why
 
 
-def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
-    """Split `raw` into one verdict per post of the batch; never raises on bad output (R41)."""
+def check_output(raw: str, post_ids: Sequence[str], analysis: Analysis) -> OutputCheck:
+    """Split `raw` into one verdict per post of the batch, each answer checked against the
+    analysis's fields; never raises on bad output (R41)."""
     try:
         items = json.loads(raw)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -77,7 +50,8 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
     if not any(i in expected for i in ids):
         return OutputCheck(unusable="no item of the output names a post of the batch")
 
-    valid: dict[str, Analysis] = {}
+    valid: dict[str, dict[str, Any]] = {}
+    fields = set(analysis.field_names)
     invalid: dict[str, str] = {}
     for item, item_id in zip(items, ids, strict=True):
         if item_id is None or item_id not in expected:
@@ -85,14 +59,15 @@ def check_output(raw: str, post_ids: Sequence[str]) -> OutputCheck:
         if counts[item_id] > 1:
             invalid[item_id] = f"the output has {counts[item_id]} items for this post"
             continue
-        if isinstance(item, dict) and item.get("error") and "category" not in item:
+        if item.get("error") and fields.isdisjoint(item):
             # A per-post request error (the Batch API answers each post on its own).
             invalid[item_id] = f"the upstream failed this post: {item['error']}"
             continue
-        try:
-            valid[item_id] = Analysis.model_validate({**item, "id": item_id})
-        except ValidationError as exc:
-            invalid[item_id] = "invalid item: " + _first_error(exc)
+        result = analysis.check(item)
+        if isinstance(result, str):
+            invalid[item_id] = "invalid item: " + result
+        else:
+            valid[item_id] = result
     for post_id in post_ids:
         if post_id not in valid and post_id not in invalid:
             invalid[post_id] = "the output has no item for this post"
@@ -130,9 +105,3 @@ def _item_id(item: Any) -> str | None:
     if type(value) is int:
         return str(value)
     return value if isinstance(value, str) else None
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "item"
-    return f"{where}: {error['msg']}"

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from postledger.analysis import Analysis, fields_version
 from postledger.errors import PostledgerError
 from postledger.record.collector import collector_paused
 
@@ -76,32 +77,30 @@ def default_posts_path(data_dir: Path, month: str) -> Path:
     return data_dir / f"{month}.jsonl"
 
 
-def input_parts(text: str, model: str, prompt: str) -> dict[str, str]:
+def input_parts(text: str, model: str, analysis: Analysis) -> dict[str, str]:
     """What a post's result depends on (R25), part by part, so that a change can be named:
-    its text, the model, the prompt template and the version of the output schema."""
-    return InputDigest(model, prompt).parts(text)
+    its text, the model, the analysis's instructions ("prompt") and its fields ("schema")."""
+    return InputDigest(model, analysis).parts(text)
 
 
-def fingerprint(text: str, model: str, prompt: str) -> str:
+def fingerprint(text: str, model: str, analysis: Analysis) -> str:
     """One digest of `input_parts`: equal fingerprints, reusable results."""
-    return InputDigest(model, prompt).of(text)[1]
+    return InputDigest(model, analysis).of(text)[1]
 
 
 class InputDigest:
-    """`input_parts` and their fingerprint for the many posts of one model and prompt.
+    """`input_parts` and their fingerprint for the many posts of one model and analysis.
 
     A fingerprint is the SHA-256 of the parts as JSON with sorted keys, as every ledger has
     stored it; the text sorts last, so the JSON of the month's constant parts is made once and
     each post adds only its text's digest (a `json.dumps` per post was a fifth of a month's
     sync)."""
 
-    def __init__(self, model: str, prompt: str) -> None:
-        from postledger.batches.output import SCHEMA_VERSION
-
+    def __init__(self, model: str, analysis: Analysis) -> None:
         self._constant = {
             "model": model,
-            "prompt": _prompt_digest(prompt),
-            "schema": SCHEMA_VERSION,
+            "prompt": _prompt_digest(analysis.instructions),
+            "schema": fields_version(analysis),
         }
         self._head = json.dumps(self._constant, sort_keys=True)[:-1] + ', "text": "'
 
@@ -131,11 +130,21 @@ def legacy_fingerprint(text: str, model: str, prompt: str) -> str:
     return digest.hexdigest()
 
 
+# The parts as a person names them.
+PART_WORDS = {
+    "text": "text",
+    "model": "model",
+    "prompt": "the analysis's instructions",
+    "schema": "the analysis's fields",
+}
+
+
 def changed_parts(old: dict[str, str] | None, new: dict[str, str]) -> str:
-    """Which parts differ, for the event log ("text, prompt")."""
+    """Which parts differ, for the event log ("text, the analysis's fields")."""
     if not old:
-        return "text, model, prompt or schema"
-    return ", ".join(part for part in new if old.get(part) != new[part]) or "fingerprint"
+        return "text, model or analysis"
+    changed = [PART_WORDS.get(part, part) for part in new if old.get(part) != new[part]]
+    return ", ".join(changed) or "fingerprint"
 
 
 def load_posts(path: Path) -> list[Post]:

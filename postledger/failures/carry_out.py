@@ -39,7 +39,7 @@ def carry_out(
         post = posts.pop(move.post_id)
         if move.to is PostStatus.COMPLETED:
             assert check is not None, "a completed post needs the checked output"
-            post.result = check.valid[move.post_id].model_dump(mode="json", exclude={"id"})
+            post.result = check.valid[move.post_id]
         if move.refund:
             post.attempts -= 1
         if move.requeue:

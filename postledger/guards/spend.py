@@ -16,7 +16,8 @@ from postledger.defaults import Price
 # ~4 characters per token in English; fewer in other scripts, so this errs on the low side
 # for them: the estimate guards the budget, the upstream's usage settles the cost.
 CHARS_PER_TOKEN = 4
-# What one post's analysis (id, category, sentiment, one sentence) takes, in output tokens.
+# What one post's answer to the built-in analysis (id, category, sentiment, one sentence)
+# takes, in output tokens; used for any analysis until the estimate learns from the ledger.
 OUTPUT_TOKENS_PER_POST = 60
 PER_MILLION = 1_000_000
 

@@ -2,9 +2,11 @@
 a dataframe. pyarrow is an optional extra: imported here only, and only when asked for, so that
 every other command starts without it.
 
-Each column gets one type: money as exact decimals (6 places) and as integer micro-units, the
-input's own fields as what they hold when every post agrees (text, whole numbers, numbers,
-true/false), else as text the way the CSV writes them (lists and objects as JSON).
+Each column gets one type: money as exact decimals (6 places) and as integer micro-units; the
+answer's fields as the analysis types them (an enum or a text as text, an integer as int64, a
+boolean as bool, a list of enum values as a list of text); the input's own fields as what they
+hold when every post agrees (text, whole numbers, numbers, true/false), else as text the way
+the CSV writes them (lists and objects as JSON).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from postledger.analysis import AnswerField, FieldKind
 from postledger.errors import PostledgerError
 from postledger.progress.month_table import MICRO, MonthTable, csv_cell
 
@@ -53,6 +56,8 @@ def write_parquet(table: MonthTable, path: Path) -> Path:
             columns[column] = pa.array(exact, type=pa.decimal128(38, 6))
         elif column == "attempts":
             columns[column] = pa.array(values, type=pa.int64())
+        elif column in table.answers:
+            columns[column] = _answer_array(pa, table.answers[column], column, values)
         elif column in table.inputs:
             columns[column] = _input_array(pa, column, values)
         else:
@@ -61,6 +66,21 @@ def write_parquet(table: MonthTable, path: Path) -> Path:
         columns[micro] = pa.array([row[column] for row in table.rows], type=pa.int64())
     pq.write_table(pa.table(columns), path)
     return path
+
+
+def _answer_array(pa: Any, field: AnswerField, column: str, values: list[Any]) -> Any:
+    """One answer field's values, typed by the field's kind (None where a post has no result).
+    A value of another type (the same name in another analysis) makes the column text."""
+    types = {
+        FieldKind.INTEGER: (pa.int64(), int),
+        FieldKind.BOOLEAN: (pa.bool_(), bool),
+        FieldKind.ENUM_LIST: (pa.list_(pa.string()), list),
+    }
+    arrow, python = types.get(field.kind, (pa.string(), str))
+    if all(value is None or type(value) is python for value in values):
+        return pa.array(values, type=arrow)
+    shown = [None if value is None else csv_cell(column, value) for value in values]
+    return pa.array(shown, type=pa.string())
 
 
 def _input_array(pa: Any, column: str, values: list[Any]) -> Any:

@@ -12,13 +12,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from postledger.analysis import FieldKind
 from postledger.guards.spend import money
+from postledger.progress.answers import answer_fields
 from postledger.progress.month_table import (
     COST,
+    FAILURE,
     INPUT_PREFIX,
     MICRO,
-    OUTCOME,
-    RESULT_FIELDS,
+    STATUS,
     TAKEN,
     WASTED,
     MonthTable,
@@ -40,10 +42,12 @@ def post_rows(reader: Reader, month: str, *, text: bool = False) -> MonthTable:
         ledger_rows.charges(reader, month), ledger_rows.sent_requests(reader, month)
     )
     posts = ledger_rows.reported_posts(reader, month)
+    answers = answer_fields(reader, posts)
     given = [_writable(json.loads(post.fields)) if post.fields else {} for post in posts]
-    inputs = input_columns(given)
+    inputs = input_columns(given, taken=frozenset(answers))
     by_field = {name: column for column, name in inputs.items()}
-    columns = ["id", *inputs, *(["text"] if text else []), *OUTCOME, COST, WASTED]
+    outcome = [*STATUS, *answers, *FAILURE]
+    columns = ["id", *inputs, *(["text"] if text else []), *outcome, COST, WASTED]
     rows = []
     for post, fields in zip(posts, given, strict=True):
         result = post.result or {}
@@ -53,7 +57,7 @@ def post_rows(reader: Reader, month: str, *, text: bool = False) -> MonthTable:
             row["text"] = post.text
         row |= {
             "status": post.status.value,
-            **{name: result.get(name) for name in RESULT_FIELDS},
+            **{name: result.get(name) for name in answers},
             "failure_kind": post.failure_kind.value if post.failure_kind else None,
             "failure_reason": post.failure_reason,
             "attempts": post.attempts,
@@ -61,7 +65,7 @@ def post_rows(reader: Reader, month: str, *, text: bool = False) -> MonthTable:
             WASTED: shares.wasted[post.post_id],
         }
         rows.append(row)
-    return MonthTable(columns=columns, inputs=inputs, rows=rows)
+    return MonthTable(columns=columns, inputs=inputs, answers=answers, rows=rows)
 
 
 def _writable(value: Any) -> Any:
@@ -77,10 +81,12 @@ def _writable(value: Any) -> Any:
     return value
 
 
-def input_columns(given: list[dict[str, Any]]) -> dict[str, str]:
+def input_columns(
+    given: list[dict[str, Any]], taken: frozenset[str] = frozenset()
+) -> dict[str, str]:
     """Column name → input field name, for every field name in the order first met. A name
-    the report uses itself ("status", "summary", …) gets the prefix `input_` (again, until it
-    is free), so that neither hides the other."""
+    the report uses itself ("status", an answer's field in `taken`, …) gets the prefix
+    `input_` (again, until it is free), so that neither hides the other."""
     columns: dict[str, str] = {}
     met: set[str] = set()
     for fields in given:
@@ -89,7 +95,7 @@ def input_columns(given: list[dict[str, Any]]) -> dict[str, str]:
                 continue
             met.add(name)
             column = name
-            while column in TAKEN or column in columns:
+            while column in TAKEN or column in taken or column in columns:
                 column = INPUT_PREFIX + column
             columns[column] = name
     return columns
@@ -155,12 +161,14 @@ def summary_markdown(report: dict[str, Any], wall_seconds: float | None = None) 
 
 
 def results_markdown(table: MonthTable, csv_name: str) -> str:
-    """What the completed posts say (counts by category and by sentiment), and what the cost
-    columns of the rows hold."""
+    """What the completed posts say (counts of each value of each enum field of the answer: a
+    list's values each count), and what the cost columns of the rows hold."""
     completed = [row for row in table.rows if row["status"] == PostStatus.COMPLETED.value]
     lines: list[str] = []
-    for name in ("category", "sentiment"):
-        found = Counter(row[name] if row[name] is not None else "(none)" for row in completed)
+    for name, field in table.answers.items():
+        if field.kind not in (FieldKind.ENUM, FieldKind.ENUM_LIST, FieldKind.BOOLEAN):
+            continue
+        found = Counter(value for row in completed for value in _counted(row[name]))
         lines += ["", f"| {name} | completed posts |", "| --- | --- |"]
         lines += [f"| {value} | {n} |" for value, n in sorted(found.items(), key=_most_first)]
         if not found:
@@ -175,6 +183,14 @@ def results_markdown(table: MonthTable, csv_name: str) -> str:
         "units of the currency of the price table (POSTLEDGER_PRICES).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _counted(value: Any) -> list[Any]:
+    if value is None:
+        return ["(none)"]
+    if isinstance(value, bool):
+        return [json.dumps(value)]
+    return list(value) if isinstance(value, list) else [value]
 
 
 def _most_first(item: tuple[Any, int]) -> tuple[int, str]:

@@ -316,3 +316,17 @@ class SpillImportRecord(SQLModel, table=True):
     batch_id: str
     kind: str
     at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class AnalysisRecord(SQLModel, table=True):
+    """An analysis the month's posts were asked (docs/analysis.md), kept by its fields' version
+    (the fingerprint's "schema" part): the report reads each completed post's result by the
+    analysis that produced it, from the ledger alone."""
+
+    __tablename__ = "analyses"
+
+    version: str = Field(primary_key=True, max_length=64)
+    name: str
+    # The analysis as a JSON Schema document (`Analysis.json_schema`), read back by the report.
+    document: str = Field(sa_column=Column(Text, nullable=False))
+    first_used: datetime = Field(default_factory=utcnow, sa_column=_when())

@@ -229,6 +229,7 @@ class ReportedPost:
     failure_kind: FailureKind | None
     failure_reason: str | None
     attempts: int
+    analysis: str | None  # the version of the analysis it is asked (its fingerprint's part)
 
 
 @dataclass(frozen=True)
@@ -254,8 +255,8 @@ class SentRequest:
 def reported_posts(reader: Reader, month: str) -> list[ReportedPost]:
     """The month's posts in file order."""
     rows = reader.rows(
-        "SELECT post_id, text, fields, status, result, failure_kind, failure_reason, attempts "
-        "FROM posts WHERE month = ? ORDER BY position",
+        "SELECT post_id, text, fields, status, result, failure_kind, failure_reason, attempts, "
+        "inputs FROM posts WHERE month = ? ORDER BY position",
         month,
     )
     return [
@@ -268,9 +269,15 @@ def reported_posts(reader: Reader, month: str) -> list[ReportedPost]:
             FailureKind[kind] if kind else None,
             reason,
             int(attempts),
+            (_json(inputs) or {}).get("schema"),
         )
-        for post_id, text, fields, status, result, kind, reason, attempts in rows
+        for post_id, text, fields, status, result, kind, reason, attempts, inputs in rows
     ]
+
+
+def analyses(reader: Reader) -> dict[str, str]:
+    """Every analysis the ledger keeps: its version and its JSON Schema document, as text."""
+    return dict(reader.rows("SELECT version, document FROM analyses"))
 
 
 def charges(reader: Reader, month: str) -> list[Charge]:

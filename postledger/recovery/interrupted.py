@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from postledger.analysis import Analysis
 from postledger.batches.output import check_output
 from postledger.defaults import Price
 from postledger.failures.policy import Decision, after_output
@@ -26,29 +27,33 @@ from postledger.upstreams.calls import Found, NoVerdict
 def finish_from_output(
     ledger: Ledger,
     batch_id: str,
+    analysis: Analysis,
     limits: Limits,
     upstream: str | None,
     *,
     holder: str | None = None,
 ) -> Decision:
-    """Check a batch's saved output and apply what follows (R12, R13). With `upstream`, the
+    """Check a batch's saved output against the analysis asked, and apply what follows (R12,
+    R13). With `upstream`, the
     delivery also counts as a success for its breaker. `holder`: the run's claim on the
     month, the write's fence."""
     batch = ledger.batch(batch_id)
     if batch.raw_output is None:
         raise ValueError(f"batch {batch_id} has no saved output to finish from")
-    check = check_output(batch.raw_output, batch.post_ids)
+    check = check_output(batch.raw_output, batch.post_ids, analysis)
     decision = after_output(batch, ledger.posts_of(batch_id), check, limits)
     ledger.apply(batch_id, decision, check, upstream=upstream, holder=holder)
     return decision
 
 
-def finish_saved_outputs(ledger: Ledger, month: str, limits: Limits) -> list[str]:
+def finish_saved_outputs(
+    ledger: Ledger, month: str, analysis: Analysis, limits: Limits
+) -> list[str]:
     """R21: every `received` batch of the month, finished from its saved output. These
     deliveries are old news, so they do not move any breaker. Returns the batch ids."""
     finished = []
     for batch in ledger.batches(month, BatchStatus.RECEIVED):
-        finish_from_output(ledger, batch.batch_id, limits, upstream=None)
+        finish_from_output(ledger, batch.batch_id, analysis, limits, upstream=None)
         finished.append(batch.batch_id)
     return finished
 

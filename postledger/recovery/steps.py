@@ -163,7 +163,7 @@ def recovery_plan(reader: Reader, month: str, settings: Settings) -> RecoveryPla
         rows.interrupted(reader, month),
         idempotent=facts_of(settings).honours_keys,
         price=settings.price(),
-        prompt=settings.prompt,
+        prompt=settings.analysis_in_use().request_text,
         as_of=as_of,
     )
 

@@ -58,7 +58,9 @@ class Trip:
         """The paid task's id in the ledger, or else in the spill file; with it, in the same
         write, the `retried` attempts a gateway said it made of the same create."""
         retries = self._chargeable([batch], retried)
-        gateway = GatewayRetries(retries, self.settings.price(), self.settings.prompt)
+        gateway = GatewayRetries(
+            retries, self.settings.price(), self.settings.analysis_in_use().request_text
+        )
         try:
             self.ledger.record_task_id(
                 batch.batch_id, task_id, adopted=adopted, gateway=gateway, holder=self.holder
@@ -82,7 +84,9 @@ class Trip:
         """The submission's job id on it and on each of its batches, or else in the spill
         file for each batch; with it, as for `keep_task_id`, a gateway's retries."""
         retries = self._chargeable(batches, retried)
-        gateway = GatewayRetries(retries, self.settings.price(), self.settings.prompt)
+        gateway = GatewayRetries(
+            retries, self.settings.price(), self.settings.analysis_in_use().request_text
+        )
         try:
             self.ledger.record_job_id(
                 submission_id,
@@ -152,7 +156,7 @@ class Trip:
                     batch_id,
                     retries,
                     price=settings.price(),
-                    prompt=settings.prompt,
+                    prompt=settings.analysis_in_use().request_text,
                     holder=self.holder,
                 )
             except (LedgerUnavailable, MonthLost) as exc:
@@ -183,7 +187,9 @@ class Trip:
         return retried
 
     def _estimate(self, batch: BatchRecord) -> int | None:
-        return estimated_cost(batch, self.settings.price(), self.settings.prompt)
+        return estimated_cost(
+            batch, self.settings.price(), self.settings.analysis_in_use().request_text
+        )
 
     def _carry_on(self, exc: LedgerUnavailable | MonthLost) -> None:
         """After a fact was spilled: a ledger that failed stops new work, and the trip goes

@@ -38,7 +38,7 @@ def mark_sent(trip: Trip, batch_id: str) -> BatchRecord | BatchOutcome:
             settings.breaker_name(),
             idempotent=trip.port.facts.honours_keys,
             price=settings.price(),
-            prompt=settings.prompt,
+            prompt=settings.analysis_in_use().request_text,
             max_cost=settings.max_cost,
             holder=trip.holder,
             max_attempts=settings.max_attempts,
@@ -64,7 +64,7 @@ def mark_for_job(
     most_lines, most_bytes = facts.most_batches_per_job, facts.most_bytes_per_job
     next_line = (
         _BYTES_PER_CHAR * settings.max_batch_chars
-        + 2 * len(settings.prompt.encode())
+        + 2 * len(settings.analysis_in_use().request_text.encode())
         + _LINE_OVERHEAD
     )
     marked: list[BatchRecord] = []

@@ -69,6 +69,7 @@ def settle_output(
         decision = finish_from_output(
             trip.ledger,
             batch.batch_id,
+            trip.settings.analysis_in_use(),
             trip.settings.limits(),
             trip.settings.breaker_name(),
             holder=trip.holder,

@@ -87,7 +87,9 @@ class AnthropicBatchClient(AnthropicUpstream):
     def request_bytes(
         cls, settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]
     ) -> int:
-        params = messages_body(settings.model, settings.prompt, posts, settings.max_output_tokens)
+        params = messages_body(
+            settings.model, settings.analysis_in_use(), posts, settings.max_output_tokens
+        )
         request = {"custom_id": batch_id, "params": params}
         return len(json.dumps(request, ensure_ascii=False).encode()) + 1
 
@@ -97,7 +99,7 @@ class AnthropicBatchClient(AnthropicUpstream):
 
     async def create(self, request: CreateRequest) -> Created:
         """Make the Message Batch of this ledger batch (paid once its request runs)."""
-        params = messages_body(request.model, request.prompt, request.posts, self.max_tokens)
+        params = messages_body(request.model, request.analysis, request.posts, self.max_tokens)
         return await self._make([{"custom_id": request.batch_id, "params": params}])
 
     async def submit(self, job: JobRequest) -> Created:
@@ -106,7 +108,7 @@ class AnthropicBatchClient(AnthropicUpstream):
             [
                 {
                     "custom_id": batch_id,
-                    "params": messages_body(job.model, job.prompt, posts, self.max_tokens),
+                    "params": messages_body(job.model, job.analysis, posts, self.max_tokens),
                 }
                 for batch_id, posts in job.lines
             ]

@@ -77,7 +77,7 @@ class AnthropicMessagesClient(AnthropicUpstream):
     async def create(self, request: CreateRequest) -> Created:
         """Send the batch as one message and return its answer (paid). An answer that is not
         a message is a lost answer: the model may have run, and been billed."""
-        body = messages_body(request.model, request.prompt, request.posts, self.max_tokens)
+        body = messages_body(request.model, request.analysis, request.posts, self.max_tokens)
         response = await self._send("POST", f"{self._v1}/messages", json=body)
         answer = message_result(accepted_body(response))
         if isinstance(answer, NoVerdict):

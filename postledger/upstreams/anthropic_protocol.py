@@ -12,8 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from postledger.analysis import Analysis
 from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
-from postledger.upstreams.openai_protocol import RESULTS_SCHEMA
+from postledger.upstreams.openai_protocol import results_schema
 
 # The API version every request names (the `anthropic-version` header): the one the Messages
 # API and Message Batches are documented against.
@@ -21,25 +22,29 @@ API_VERSION = "2023-06-01"
 
 TOOL_NAME = "record_post_analyses"
 
-TOOL = {
-    "name": TOOL_NAME,
-    "description": "Record the analysis of every post, one item per post, with the post's id.",
-    "input_schema": RESULTS_SCHEMA,
-}
+
+def tool(analysis: Analysis) -> dict[str, Any]:
+    """The one tool the model must call: its input is the answer, in the analysis's shape."""
+    return {
+        "name": TOOL_NAME,
+        "description": "Record the analysis of every post, one item per post, with the post's id.",
+        "input_schema": results_schema(analysis),
+    }
 
 
 def messages_body(
-    model: str, prompt: str, posts: Sequence[tuple[str, str]], max_tokens: int
+    model: str, analysis: Analysis, posts: Sequence[tuple[str, str]], max_tokens: int
 ) -> dict[str, Any]:
-    """One Messages API request for these posts: the prompt as the system prompt, the posts as
-    a JSON user message, the answer through the one tool the model must call."""
+    """One Messages API request for these posts: the analysis's instructions as the system
+    prompt, the posts as a JSON user message, the answer through the one tool the model must
+    call."""
     user = {"posts": [{"id": post_id, "text": text} for post_id, text in posts]}
     return {
         "model": model,
         "max_tokens": max_tokens,
-        "system": f"{prompt}\n\nAnswer by calling the tool {TOOL_NAME} once.",
+        "system": f"{analysis.instructions}\n\nAnswer by calling the tool {TOOL_NAME} once.",
         "messages": [{"role": "user", "content": json.dumps(user, ensure_ascii=False)}],
-        "tools": [TOOL],
+        "tools": [tool(analysis)],
         "tool_choice": {"type": "tool", "name": TOOL_NAME},
     }
 

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from postledger.analysis import Analysis
     from postledger.upstreams.errors import RejectedError
 
 
@@ -115,7 +116,7 @@ class CreateRequest:
 
     batch_id: str
     model: str
-    prompt: str
+    analysis: Analysis
     posts: Sequence[tuple[str, str]]  # (post id, text)
     idempotency_key: str
 
@@ -136,11 +137,11 @@ class Created:
 @dataclass(frozen=True)
 class JobRequest:
     """A submission's paid upstream job on a Batch API: one request line per ledger batch
-    (`custom_id` = the batch id), all under one model and prompt."""
+    (`custom_id` = the batch id), all under one model and analysis."""
 
     submission_id: str
     model: str
-    prompt: str
+    analysis: Analysis
     lines: Sequence[tuple[str, Sequence[tuple[str, str]]]]  # (batch id, its (post id, text))
     idempotency_key: str
 

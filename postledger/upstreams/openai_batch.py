@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from postledger.analysis import Analysis
 from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.calls import (
     Created,
@@ -140,7 +141,9 @@ class OpenAIBatchClient(HttpUpstream):
     def request_bytes(
         cls, settings: Settings, batch_id: str, posts: Sequence[tuple[str, str]]
     ) -> int:
-        line = request_line(batch_id, settings.model, settings.prompt, posts, settings.json_schema)
+        line = request_line(
+            batch_id, settings.model, settings.analysis_in_use(), posts, settings.json_schema
+        )
         return len(line.encode())
 
     def __init__(
@@ -167,7 +170,7 @@ class OpenAIBatchClient(HttpUpstream):
         made: safe to retry), and `AmbiguousCreate` when `POST /batches` may have made the
         batch but no answer says so (never to be retried blindly)."""
         batch_id, key = request.batch_id, request.idempotency_key
-        line = self._line(batch_id, request.model, request.prompt, request.posts)
+        line = self._line(batch_id, request.model, request.analysis, request.posts)
         return await self._make(f"{batch_id}.jsonl", line, metadata_of(batch_id, key))
 
     async def submit(self, job: JobRequest) -> Created:
@@ -175,15 +178,15 @@ class OpenAIBatchClient(HttpUpstream):
         (paid). Raises as `create` does. Whether one was made before under its key is the
         caller's to ask first (`find_job`): a new key cannot have been used."""
         lines = "".join(
-            self._line(batch_id, job.model, job.prompt, posts) for batch_id, posts in job.lines
+            self._line(batch_id, job.model, job.analysis, posts) for batch_id, posts in job.lines
         )
         metadata = submission_metadata(job.submission_id, job.idempotency_key)
         return await self._make(f"{job.submission_id}.jsonl", lines, metadata)
 
     def _line(
-        self, batch_id: str, model: str, prompt: str, posts: Sequence[tuple[str, str]]
+        self, batch_id: str, model: str, analysis: Analysis, posts: Sequence[tuple[str, str]]
     ) -> str:
-        return request_line(batch_id, model, prompt, posts, self.json_schema)
+        return request_line(batch_id, model, analysis, posts, self.json_schema)
 
     async def _make(self, filename: str, lines: str, metadata: dict[str, str]) -> Created:
         """Upload the requests and make the upstream batch of them (paid)."""
@@ -383,14 +386,18 @@ def line_result(lines: list[dict[str, Any]], status: str) -> Verdict | NoVerdict
 
 
 def request_line(
-    batch_id: str, model: str, prompt: str, posts: Sequence[tuple[str, str]], json_schema: bool
+    batch_id: str,
+    model: str,
+    analysis: Analysis,
+    posts: Sequence[tuple[str, str]],
+    json_schema: bool,
 ) -> str:
     """One ledger batch's line of a job's input file."""
     line = {
         "custom_id": batch_id,
         "method": "POST",
         "url": ENDPOINT,
-        "body": chat_body(model, prompt, posts, json_schema),
+        "body": chat_body(model, analysis, posts, json_schema),
     }
     return json.dumps(line, ensure_ascii=False) + "\n"
 

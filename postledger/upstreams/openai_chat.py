@@ -54,7 +54,7 @@ class OpenAIChatClient(HttpUpstream):
     async def create(self, request: CreateRequest) -> Created:
         """Send the batch as one chat completion and return its answer (paid). An answer that
         is not a completion is a lost answer: the model may have run, and been billed."""
-        body = chat_body(request.model, request.prompt, request.posts, self.json_schema)
+        body = chat_body(request.model, request.analysis, request.posts, self.json_schema)
         response = await self._send("POST", "/chat/completions", json=body)
         answer = completion_result(accepted_body(response))
         if isinstance(answer, NoVerdict):

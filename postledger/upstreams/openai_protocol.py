@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from postledger.batches.output import Category, Sentiment
+from postledger.analysis import Analysis
 from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
 
 # Appended to the configured prompt: response_format asks for a JSON *object*, so the list of
@@ -16,52 +16,52 @@ ENVELOPE = (
     'Wrap the list in one JSON object: {"results": [...]}, one item per post, with the post\'s id.'
 )
 
-RESULTS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "results": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "category": {"type": "string", "enum": [c.value for c in Category]},
-                    "sentiment": {"type": "string", "enum": [s.value for s in Sentiment]},
-                    "summary": {"type": "string"},
-                },
-                "required": ["id", "category", "sentiment", "summary"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["results"],
-    "additionalProperties": False,
-}
+# In JSON mode (no schema to hold the model to), the answer's schema travels in the system
+# message, on one line after these words.
+SCHEMA_LINE = "Each item must match this JSON Schema: "
 
 
-def response_format(json_schema: bool) -> dict[str, Any]:
-    """Structured outputs where the server supports them, JSON mode otherwise."""
+def results_schema(analysis: Analysis, *, lengths: bool = True) -> dict[str, Any]:
+    """The answer's JSON Schema: one object holding the list of every post's answer."""
+    return {
+        "type": "object",
+        "properties": {
+            "results": {"type": "array", "items": analysis.item_schema(lengths=lengths)}
+        },
+        "required": ["results"],
+        "additionalProperties": False,
+    }
+
+
+def response_format(analysis: Analysis, json_schema: bool) -> dict[str, Any]:
+    """Structured outputs where the server supports them, JSON mode otherwise. Strict mode
+    takes no length keywords: there a text field's bound is said in its description."""
     if not json_schema:
         return {"type": "json_object"}
+    schema = results_schema(analysis, lengths=False)
     return {
         "type": "json_schema",
-        "json_schema": {"name": "post_analyses", "strict": True, "schema": RESULTS_SCHEMA},
+        "json_schema": {"name": "post_analyses", "strict": True, "schema": schema},
     }
 
 
 def chat_body(
-    model: str, prompt: str, posts: Sequence[tuple[str, str]], json_schema: bool
+    model: str, analysis: Analysis, posts: Sequence[tuple[str, str]], json_schema: bool
 ) -> dict[str, Any]:
-    """One chat completion request for these posts: the prompt as the system message, the
-    posts as a JSON user message."""
+    """One chat completion request for these posts: the analysis's instructions as the system
+    message (with the answer's schema, in JSON mode), the posts as a JSON user message."""
     user = {"posts": [{"id": post_id, "text": text} for post_id, text in posts]}
+    system = analysis.instructions
+    if not json_schema:
+        item = json.dumps(analysis.item_schema(), ensure_ascii=False, separators=(",", ":"))
+        system = f"{system}\n\n{SCHEMA_LINE}{item}"
     return {
         "model": model,
         "messages": [
-            {"role": "system", "content": f"{prompt}\n\n{ENVELOPE}"},
+            {"role": "system", "content": f"{system}\n\n{ENVELOPE}"},
             {"role": "user", "content": json.dumps(user, ensure_ascii=False)},
         ],
-        "response_format": response_format(json_schema),
+        "response_format": response_format(analysis, json_schema),
     }
 
 

@@ -39,7 +39,13 @@ class TaskApiClient(HttpUpstream):
     async def create(self, request: CreateRequest) -> Created:
         """Create (and pay for) the batch's upstream task, under its idempotency key."""
         posts = [{"id": post_id, "text": text} for post_id, text in request.posts]
-        body = {"model": request.model, "prompt": request.prompt, "posts": posts}
+        analysis = request.analysis
+        body = {
+            "model": request.model,
+            "prompt": analysis.instructions,
+            "schema": analysis.item_schema(),
+            "posts": posts,
+        }
         response = await self._send(
             "POST", "/v1/tasks", json=body, headers={"Idempotency-Key": request.idempotency_key}
         )

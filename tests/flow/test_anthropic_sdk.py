@@ -15,6 +15,7 @@ from anthropic.types.messages.batch_create_params import Request
 
 from postledger.upstreams.anthropic_protocol import TOOL_NAME, messages_body
 from simulator.model import analyse
+from tests.support.ledgers import asked
 from tests.support.simulators import Sim, simulator_process
 
 POSTS = [("a", "I love it, thanks!"), ("b", "Why is it broken?")]
@@ -27,7 +28,7 @@ def client(url: str, key: str = SECRET) -> anthropic.Anthropic:
 
 def our_request() -> MessageCreateParamsNonStreaming:
     """The request postledger's adapter sends, given to the SDK as its arguments."""
-    body = messages_body("sim-analyst-1", "Analyse each post.", POSTS, max_tokens=1024)
+    body = messages_body("sim-analyst-1", asked("Analyse each post."), POSTS, max_tokens=1024)
     return cast("MessageCreateParamsNonStreaming", body)
 
 

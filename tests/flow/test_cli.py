@@ -14,6 +14,7 @@ from postledger.guards.breaker import Signal
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, Question
 from tests.support import commands, processes
+from tests.support.ledgers import asked
 from tests.support.months import SAMPLE, write_jsonl
 
 pytestmark = pytest.mark.processes  # every test runs postledger in a process of its own
@@ -411,7 +412,7 @@ def test_status_shows_a_paused_month_with_its_question_and_the_answer(
     tmp_path: Path, kind: Question
 ) -> None:
     ledger = ledger_here(tmp_path)
-    ledger.sync_posts(MONTH, [Post("p1", "a post", 1)], model="m", prompt="p")
+    ledger.sync_posts(MONTH, [Post("p1", "a post", 1)], model="m", analysis=asked())
     ledger.close()
     waiting_question(tmp_path, kind, open_breaker=kind is Question.BREAKER)
     shown = postledger("status", "--month", MONTH, "--json", cwd=tmp_path)

@@ -111,7 +111,7 @@ def test_a_changed_prompt_processes_the_posts_again_instead_of_reusing_results(
     for post in ledger.posts("2026-08"):
         assert post.attempts == 1  # counted afresh: a new input, a new piece of work
         why = [e.why for e in ledger.events("2026-08") if e.entity_id == post.post_id]
-        assert "input changed (prompt): starts over" in why
+        assert "input changed (the analysis's instructions): starts over" in why
         assert [e.to_status for e in ledger.events("2026-08") if e.entity_id == post.post_id][
             -1
         ] == "completed"

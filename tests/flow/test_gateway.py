@@ -38,6 +38,7 @@ from postledger.upstreams.errors import RejectedError, TransportError, UpstreamE
 from postledger.upstreams.http import Timeouts, gateway_retries_of
 from postledger.upstreams.openai_chat import OpenAIChatClient
 from processes.children import wait_answering
+from tests.support.ledgers import asked
 from tests.support.processes import OWNER_VAR, free_port, running
 from tests.support.simulators import simulator_process
 
@@ -153,7 +154,7 @@ def _send_through(gateway: Gateway) -> UpstreamError:
         async with client:
             try:
                 created = await client.create(
-                    CreateRequest("2026-10-b0001", MODEL, "Analyse.", POSTS, "key-1")
+                    CreateRequest("2026-10-b0001", MODEL, asked("Analyse."), POSTS, "key-1")
                 )
             except UpstreamError as exc:
                 return exc

@@ -10,6 +10,7 @@ import pytest
 from postledger.batches.posts import InputError, Post
 from postledger.ledger import Ledger
 from tests.support.bad_inputs import BAD_FILES, GOOD
+from tests.support.ledgers import asked
 from tests.support.ledgers import ledger_snapshot as snapshot
 from tests.support.months import write_jsonl
 
@@ -18,7 +19,7 @@ from tests.support.months import write_jsonl
 def known_month(ledger: Ledger) -> Ledger:
     """A ledger that already holds work for the month: nothing of it may change."""
     ledger.sync_posts(
-        "2026-10", [Post("a", "hello", 1), Post("b", "world", 2)], model="m", prompt="p"
+        "2026-10", [Post("a", "hello", 1), Post("b", "world", 2)], model="m", analysis=asked()
     )
     ledger.plan("2026-10", max_posts=25, max_chars=1000)
     return ledger

@@ -181,7 +181,8 @@ def test_a_jobs_gateway_retries_are_on_the_books_for_every_batch_it_carried(
     for batch in batches:  # each extra at the batch's own estimate, not one batch's for all
         texts = [text for _, text in batch.request or []]
         extra = [r for r in rows if r.batch_id == batch.batch_id and r.state is SpendState.POSSIBLE]
-        assert [r.estimated_cost for r in extra] == [estimate(PRICE, Settings().prompt, texts)]
+        request_text = Settings().analysis_in_use().request_text
+        assert [r.estimated_cost for r in extra] == [estimate(PRICE, request_text, texts)]
 
 
 @pytest.mark.parametrize(("kind", "faulty"), cases((BATCH,), "list:html@1.0"), indirect=["faulty"])
@@ -257,8 +258,9 @@ def test_under_a_budget_submissions_start_in_order(
         tmp_path / "posts.jsonl",
         [json.dumps({"id": f"p{i}", "text": text}) for i, text in enumerate(texts)],
     )
-    prompt = Settings().prompt
-    small, big = estimate(PRICE, prompt, ["short"]), estimate(PRICE, prompt, ["x" * 4000])
+    request_text = Settings().analysis_in_use().request_text
+    small = estimate(PRICE, request_text, ["short"])
+    big = estimate(PRICE, request_text, ["x" * 4000])
     # The big one never fits, even once the first is settled below its estimate; a small
     # one after it would.
     monkeypatch.setenv("POSTLEDGER_MAX_COST", str(small + big // 2))

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from postledger.analysis import load_analysis
+from postledger.analysis.default import DEFAULT_INSTRUCTIONS
 from postledger.defaults import DEFAULT_PRICES
 from postledger.guards.spend import cost_of, estimate
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, PostStatus, Question, SpendState
-from postledger.settings import DEFAULT_PROMPT
 from tests.support.commands import postledger
 from tests.support.months import MONTH, on_worker_server
 from tests.support.months import posts_file as write_posts
@@ -193,10 +194,11 @@ def test_status_looks_while_a_run_goes_on_in_another_process(
 
 
 def actual_cost(posts: list[tuple[str, str]]) -> int:
-    """The simulator's own charge for a batch, from its own token counting."""
+    """The simulator's own charge for a batch, from its own token counting: a task's prompt
+    (the built-in analysis's instructions) and its posts' texts."""
     from simulator.model import count_tokens, write_output
 
-    input_tokens = count_tokens(DEFAULT_PROMPT) + sum(count_tokens(t) for _, t in posts)
+    input_tokens = count_tokens(DEFAULT_INSTRUCTIONS) + sum(count_tokens(t) for _, t in posts)
     return cost_of(PRICE, input_tokens, count_tokens(write_output(posts)))
 
 
@@ -230,7 +232,7 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     # Just above the cost of half the month: what the first three cost, and what the fourth
     # was estimated to cost before it was sent (an estimate errs high: it guards the budget).
     max_cost = sum(actual_cost(b) for b in batches[:3])
-    max_cost += estimate(PRICE, DEFAULT_PROMPT, [t for _, t in batches[3]])
+    max_cost += estimate(PRICE, load_analysis(None).request_text, [t for _, t in batches[3]])
     assert sum(actual_cost(b) for b in batches[:4]) <= max_cost
     monkeypatch.setenv("POSTLEDGER_MAX_COST", str(max_cost))
 

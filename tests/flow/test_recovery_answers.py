@@ -38,6 +38,7 @@ from postledger.record.models import (
 from postledger.recovery.steps import recovery_plan
 from postledger.settings import Settings
 from tests.support import commands
+from tests.support.ledgers import asked
 
 # The answers are the ledger's as much as the recovery is the shell's: the PostgreSQL pass runs
 # every test here, every case of each (tests/conftest.py, `_runs_on_postgres`).
@@ -135,7 +136,10 @@ def _a_month(ledger: Ledger, *, interrupted: int, in_flight: int) -> tuple[list[
     month now. Two posts a batch, two more batches planned and never sent."""
     count = 2 * (interrupted + in_flight + 2)
     ledger.sync_posts(
-        MONTH, [Post(f"p{i}", f"post {i}", i + 1) for i in range(count)], model="m", prompt="p"
+        MONTH,
+        [Post(f"p{i}", f"post {i}", i + 1) for i in range(count)],
+        model="m",
+        analysis=asked(),
     )
     batches = [b.batch_id for b in ledger.plan(MONTH, max_posts=2, max_chars=1000).batches]
     gone, live = batches[:interrupted], batches[interrupted : interrupted + in_flight]
@@ -227,7 +231,7 @@ def test_a_batch_shown_and_unchanged_is_still_covered(
     answer = _approve_with_no_run_waiting(ledger, resubmit=True)
     # The month goes on (its other posts change, a never-sent batch is planned again): events
     # after the answer, none of them the batch's own.
-    ledger.sync_posts(MONTH, [Post("p9", "new post", 99)], model="m", prompt="p")
+    ledger.sync_posts(MONTH, [Post("p9", "new post", 99)], model="m", analysis=asked())
     ledger.replan_unsent(MONTH)
 
     run = Run(monkeypatch, ledger)

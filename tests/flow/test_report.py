@@ -22,6 +22,7 @@ from postledger.ledger import Ledger
 from postledger.progress.month_table import COST, MICRO, WASTED
 from postledger.record.models import PostStatus
 from tests.support.commands import postledger
+from tests.support.ledgers import asked
 from tests.support.months import write_jsonl
 from tests.support.simulators import Sim
 
@@ -177,7 +178,9 @@ def test_report_round_trips_a_month(
 def test_parquet_without_pyarrow_says_how_to_install_it_and_writes_nothing(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    ledger.sync_posts(MONTH, [Post("p1", "a post", 1, '{"lang":"en"}')], model="m", prompt="p")
+    ledger.sync_posts(
+        MONTH, [Post("p1", "a post", 1, '{"lang":"en"}')], model="m", analysis=asked()
+    )
     hidden = tmp_path / "no-pyarrow" / "pyarrow"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text('raise ImportError("no pyarrow here")\n')

@@ -18,7 +18,7 @@ from postledger.ledger import Ledger
 from postledger.record.crash import CRASH_EXIT_CODE
 from postledger.record.models import BatchStatus, PostStatus, SubmissionRecord
 from postledger.recovery.steps import RecoveryAction, recovery_plan
-from postledger.settings import DEFAULT_PROMPT, Settings
+from postledger.settings import Settings
 from simulator.model import count_tokens
 from tests.support.months import (
     MONTH,
@@ -73,17 +73,18 @@ def test_a_month_goes_in_one_job_whose_lines_settle_each_batch(
 
 def instruction_tokens(kind: str) -> int:
     """The tokens of the instructions one request line carries, as the simulator counts them
-    (the prompt and what the adapter puts around it)."""
+    (the built-in analysis's instructions and what the adapter puts around them)."""
+    from postledger.analysis import load_analysis
     from postledger.upstreams.anthropic_protocol import messages_body
     from postledger.upstreams.openai_protocol import chat_body
     from simulator.anthropic_api import system_text
     from simulator.openai_api import chat_input
 
-    posts = [("p000", "a post")]
+    posts, analysis = [("p000", "a post")], load_analysis(None)
     if kind == "openai_batch":
-        prompt, _ = chat_input(chat_body("m", DEFAULT_PROMPT, posts, True)["messages"])
+        prompt, _ = chat_input(chat_body("m", analysis, posts, True)["messages"])
     else:
-        params = messages_body("m", DEFAULT_PROMPT, posts, 4096)
+        params = messages_body("m", analysis, posts, 4096)
         system = {"role": "system", "content": system_text(params.get("system"))}
         prompt, _ = chat_input([system, *params["messages"]])
     return count_tokens(prompt)

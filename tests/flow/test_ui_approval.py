@@ -236,7 +236,7 @@ class AtStake:
 
 def at_stake(ledger: Ledger, env: dict[str, str]) -> AtStake:
     """What is at stake while the run is paused, from the ledger and the run's own settings
-    (its POSTLEDGER_* variables): its price table, model and prompt."""
+    (its POSTLEDGER_* variables): its price table, model and analysis."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             if name.startswith("POSTLEDGER_"):
@@ -245,7 +245,8 @@ def at_stake(ledger: Ledger, env: dict[str, str]) -> AtStake:
     price = settings.price()
     assert price is not None, f"no price for {settings.model}: nothing to show"
     batch_id, *_ = ledger.next_to_start(MONTH, 1)  # the probe batch a continue sends
-    cost = estimate(price, settings.prompt, [p.text for p in ledger.posts_of(batch_id)])
+    request_text = settings.analysis_in_use().request_text
+    cost = estimate(price, request_text, [p.text for p in ledger.posts_of(batch_id)])
     assert cost > 0
     return AtStake(ledger.spend_totals(MONTH), batch_id, cost)
 

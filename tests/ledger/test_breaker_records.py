@@ -8,6 +8,7 @@ from postledger.batches.posts import Post
 from postledger.guards.breaker import BreakerHeld, Signal, level_after, window
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel
+from tests.support.ledgers import asked
 
 L = BreakerLevel
 
@@ -22,7 +23,7 @@ def test_levels_follow_final_transport_failures_and_successes() -> None:
 
 def plan_month(ledger: Ledger, month: str, n: int) -> list[str]:
     posts = [Post(id=f"p{i}", text=f"post {i}", line=i + 1) for i in range(n)]
-    ledger.sync_posts(month, posts, model="m", prompt="p")
+    ledger.sync_posts(month, posts, model="m", analysis=asked())
     return [b.batch_id for b in ledger.plan(month, max_posts=1, max_chars=1000).batches]
 
 

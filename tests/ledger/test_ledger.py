@@ -18,7 +18,7 @@ from postledger.record.models import BatchStatus, FailureKind, PostStatus
 from postledger.record.states import IllegalTransition
 from postledger.settings import Limits
 from simulator.model import write_output
-from tests.support.ledgers import started
+from tests.support.ledgers import asked, started
 
 MONTH = "2026-10"
 
@@ -29,13 +29,15 @@ def posts(n: int, size: int = 10, prefix: str = "p") -> list[Post]:
 
 def test_sync_new_unchanged_changed(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
-    first = ledger.sync_posts(MONTH, posts(3), model="m", prompt="p")
+    first = ledger.sync_posts(MONTH, posts(3), model="m", analysis=asked())
     assert (first.new, first.unchanged, first.changed) == (3, 0, 0)
     ledger.plan(MONTH, max_posts=25, max_chars=10_000)
 
     edited = posts(3)
     edited[1] = Post("p001", "a different text", 2)
-    again = ledger.sync_posts(MONTH, [*edited, Post("p999", "new one", 4)], model="m", prompt="p")
+    again = ledger.sync_posts(
+        MONTH, [*edited, Post("p999", "new one", 4)], model="m", analysis=asked()
+    )
     assert (again.new, again.unchanged, again.changed) == (1, 2, 1)
     by_id = {p.post_id: p for p in ledger.posts(MONTH)}
     assert by_id["p000"].status is PostStatus.QUEUED
@@ -44,7 +46,7 @@ def test_sync_new_unchanged_changed(any_ledger_url: str) -> None:
     why = [e.why for e in ledger.events(MONTH) if e.entity_id == "p001"]
     assert why[-1] == "input changed (text): starts over"
 
-    changed_model = ledger.sync_posts(MONTH, edited, model="other-model", prompt="p")
+    changed_model = ledger.sync_posts(MONTH, edited, model="other-model", analysis=asked())
     assert changed_model.changed == 3  # R25: a new model is new work for every post
     why = [e.why for e in ledger.events(MONTH) if e.entity_id == "p000"]
     assert why[-1] == "input changed (model): starts over"
@@ -54,7 +56,7 @@ def test_sync_new_unchanged_changed(any_ledger_url: str) -> None:
 def test_plan_limits_order_and_too_long(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
     sample = [Post(f"p{i:02d}", "y" * (40 if i != 5 else 500), i) for i in range(60)]
-    ledger.sync_posts(MONTH, sample, model="m", prompt="p")
+    ledger.sync_posts(MONTH, sample, model="m", analysis=asked())
     report = ledger.plan(MONTH, max_posts=25, max_chars=400)
 
     assert report.too_long == 1
@@ -72,7 +74,7 @@ def test_plan_limits_order_and_too_long(any_ledger_url: str) -> None:
 
 def test_plan_again_dissolves_unsent_batches(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
-    ledger.sync_posts(MONTH, posts(30), model="m", prompt="p")
+    ledger.sync_posts(MONTH, posts(30), model="m", analysis=asked())
     first = ledger.plan(MONTH, max_posts=25, max_chars=10_000)
     assert ledger.replan_unsent(MONTH) == 30
     ledger.plan(MONTH, max_posts=10, max_chars=10_000)
@@ -85,7 +87,7 @@ def test_plan_again_dissolves_unsent_batches(any_ledger_url: str) -> None:
 
 def test_one_batch_life(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
-    ledger.sync_posts(MONTH, posts(3), model="m", prompt="p")
+    ledger.sync_posts(MONTH, posts(3), model="m", analysis=asked())
     (batch,) = ledger.plan(MONTH, max_posts=25, max_chars=10_000).batches
 
     running, sent = started(ledger.mark_running(batch.batch_id))
@@ -119,7 +121,7 @@ def test_one_batch_life(any_ledger_url: str) -> None:
 
 
 def finish(ledger: Ledger, batch_id: str, raw: str, limits: Limits | None = None) -> None:
-    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    check = check_output(raw, ledger.batch(batch_id).post_ids, asked())
     limits = limits or Limits()
     ledger.apply(
         batch_id,
@@ -130,7 +132,7 @@ def finish(ledger: Ledger, batch_id: str, raw: str, limits: Limits | None = None
 
 def test_invalid_items_are_retried_and_valid_ones_complete(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
-    ledger.sync_posts(MONTH, posts(3), model="m", prompt="p")
+    ledger.sync_posts(MONTH, posts(3), model="m", analysis=asked())
     (batch,) = ledger.plan(MONTH, max_posts=25, max_chars=10_000).batches
     ledger.mark_running(batch.batch_id)
     raw = (
@@ -152,7 +154,7 @@ def test_invalid_items_are_retried_and_valid_ones_complete(any_ledger_url: str) 
 
 def _two_received_batches(url: str) -> tuple[list[str], list[str]]:
     ledger = Ledger(url)
-    ledger.sync_posts(MONTH, posts(50), model="m", prompt="p")
+    ledger.sync_posts(MONTH, posts(50), model="m", analysis=asked())
     batches = ledger.plan(MONTH, max_posts=25, max_chars=100_000).batches
     outputs = []
     for batch in batches:
@@ -235,11 +237,11 @@ def test_an_older_ledger_gets_new_columns_and_keeps_its_work(tmp_path: Path) -> 
 
     ledger = Ledger(url)
     report = ledger.sync_posts(
-        "2026-10", [Post(id="a", text="hello", line=1)], model="m", prompt="p"
+        "2026-10", [Post(id="a", text="hello", line=1)], model="m", analysis=asked()
     )
     assert (report.unchanged, report.changed) == (1, 0)
     report = ledger.sync_posts(
-        "2026-10", [Post(id="a", text="hello", line=1)], model="m", prompt="p2"
+        "2026-10", [Post(id="a", text="hello", line=1)], model="m", analysis=asked("p2")
     )
     assert report.changed == 1
     ledger.close()

@@ -16,7 +16,7 @@ from postledger.batches.posts import Post
 from postledger.ledger import Ledger
 from postledger.record.migrate import SchemaMismatch, alembic_config, head_revision
 from postledger.record.models import PostStatus
-from tests.support.ledgers import ledger_at_baseline
+from tests.support.ledgers import asked, ledger_at_baseline
 
 
 def test_a_new_ledger_is_made_by_the_revisions_and_matches_the_models(
@@ -41,7 +41,7 @@ def test_an_older_ledger_is_upgraded_in_place_keeping_its_records(any_ledger_url
         {"category": "praise"},
     )
     # The new tables work: the month can be synced and its breaker read.
-    ledger.sync_posts("2026-10", [Post("p2", "new post", 1)], model="m", prompt="p")
+    ledger.sync_posts("2026-10", [Post("p2", "new post", 1)], model="m", analysis=asked())
     assert len(ledger.posts("2026-10")) == 2
     ledger.close()
 
@@ -136,7 +136,7 @@ def test_an_older_ledgers_events_are_kept_in_order_under_their_new_key(
             )
     engine.dispose()
     ledger = Ledger(any_ledger_url)  # upgrades to the head
-    ledger.sync_posts("2026-10", [Post("p2", "new post", 1)], model="m", prompt="p")
+    ledger.sync_posts("2026-10", [Post("p2", "new post", 1)], model="m", analysis=asked())
     events = [(e.seq, e.entity_id, e.to_status) for e in ledger.events("2026-10")]
     assert events == [(1, "p1", "pending"), (2, "p1", "queued"), (3, "p2", "pending")]
     with ledger.engine.connect() as connection:
@@ -186,7 +186,7 @@ def test_a_ledger_gets_its_post_counts_from_its_posts(any_ledger_url: str) -> No
     ledger = Ledger(any_ledger_url)
     for month, n in (("2026-09", 3), ("2026-10", 30)):
         posts = [Post(f"p{i}", f"post {i}", i + 1) for i in range(n)]
-        ledger.sync_posts(month, posts, model="m", prompt="p")
+        ledger.sync_posts(month, posts, model="m", analysis=asked())
     ledger.plan("2026-10", max_posts=25, max_chars=10_000)
     settle_next_batch(ledger, "2026-10")
     ledger.close()

@@ -39,7 +39,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthBusy, MonthLeases, MonthLost
 from postledger.settings import Limits, Settings
 from simulator.model import write_output
-from tests.support.ledgers import started
+from tests.support.ledgers import asked, started
 
 MONTH, OTHER = "2026-10", "2026-11"
 UPSTREAM = "sim-upstream"
@@ -51,14 +51,14 @@ def posts(n: int, prefix: str = "p") -> list[Post]:
 
 
 def planned(ledger: Ledger, month: str, n: int, *, max_posts: int = 25) -> list[str]:
-    ledger.sync_posts(month, posts(n, prefix=month[-2:]), model="m", prompt="p")
+    ledger.sync_posts(month, posts(n, prefix=month[-2:]), model="m", analysis=asked())
     return [b.batch_id for b in ledger.plan(month, max_posts=max_posts, max_chars=10_000).batches]
 
 
 def deliver(ledger: Ledger, batch_id: str, raw: str, limits: Limits) -> None:
     """The upstream answered with `raw`: saved, checked, and the decision applied."""
     ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 10})
-    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    check = check_output(raw, ledger.batch(batch_id).post_ids, asked())
     decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, limits)
     ledger.apply(batch_id, decision, check)
 

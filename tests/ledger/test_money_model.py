@@ -104,7 +104,13 @@ from tests.support.model_upstream import (
     Script,
     Wire,
 )
-from tests.support.money_model import PROMPT, Mishaps, fresh_ledger_url, mishaps_in
+from tests.support.money_model import (
+    ANALYSIS,
+    PROMPT,
+    Mishaps,
+    fresh_ledger_url,
+    mishaps_in,
+)
 from tests.support.trip_port import DirectPort, FakeClock
 
 MONTHS = ("2026-10", "2026-11")  # two months, one upstream: they share its breaker
@@ -248,7 +254,7 @@ class MoneyModel(RuleBasedStateMachine):
                 posts.append(Post(id=f"{month}-long", text="x" * (MAX_CHARS + 1), line=size + 1))
             self.posts[month] = posts
         sendable = [p.text for m in MONTHS for p in self.posts[m] if len(p.text) <= MAX_CHARS]
-        biggest = estimate(PRICE, PROMPT, sorted(sendable, key=len)[-MAX_POSTS:])
+        biggest = estimate(PRICE, ANALYSIS.request_text, sorted(sendable, key=len)[-MAX_POSTS:])
         self.max_cost = budget_batches * biggest if budget_batches is not None else None
         self.settings = Settings(
             upstream_kind=UpstreamKind(kind.value),
@@ -278,7 +284,7 @@ class MoneyModel(RuleBasedStateMachine):
             kind,
             honour_keys=self.honour,
             price=PRICE,
-            prompt=PROMPT,
+            request_text=ANALYSIS.request_text,
             clock=self.clock,
             batch_of_key=self.batch_of_key,
             sends_of=lambda batch_id: self.observer.batch(batch_id).sends,
@@ -286,7 +292,7 @@ class MoneyModel(RuleBasedStateMachine):
         self.upstream.before_charge = self.paid_again_while_readable
         for month in MONTHS:
             self.new_run(month)
-            self.ledger.sync_posts(month, self.posts[month], model=MODEL, prompt=PROMPT)
+            self.ledger.sync_posts(month, self.posts[month], model=MODEL, analysis=ANALYSIS)
         self.ready = True
 
     @property
@@ -540,9 +546,9 @@ class MoneyModel(RuleBasedStateMachine):
     ) -> None:
         month, ledger = run.month, self.ledger
         import_spill(ledger, Spill(self.settings.spill_file(month)), PRICE)
-        ledger.sync_posts(month, self.posts[month], model=MODEL, prompt=PROMPT)
+        ledger.sync_posts(month, self.posts[month], model=MODEL, analysis=ANALYSIS)
         ledger.close_emptied(month)
-        finish_saved_outputs(ledger, month, self.settings.limits())
+        finish_saved_outputs(ledger, month, ANALYSIS, self.settings.limits())
         assert not ledger.batches(month, BatchStatus.RECEIVED), "R21: a saved output left"
         unsearched: list[str] = []
         if self.kind is Kind.OPENAI_BATCH:

@@ -18,7 +18,7 @@ from postledger.ledger import Ledger
 from postledger.record.db import CHUNK, rows_into
 from postledger.record.models import EntityKind, EventRecord, PostStatus, utcnow
 from tests.support.ledger_backend import sqlite_ledger_only
-from tests.support.ledgers import WRITES, settle_next_batch, statements
+from tests.support.ledgers import WRITES, asked, settle_next_batch, statements
 
 MONTH = "2026-10"
 
@@ -30,18 +30,18 @@ def month_of_posts(n: int) -> list[Post]:
 def test_a_sync_of_an_unchanged_month_writes_nothing(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
     month = month_of_posts(300)
-    assert ledger.sync_posts(MONTH, month, model="m", prompt="p").new == 300
+    assert ledger.sync_posts(MONTH, month, model="m", analysis=asked()).new == 300
     ledger.plan(MONTH, max_posts=25, max_chars=10_000)
 
     with statements(ledger) as seen:
-        again = ledger.sync_posts(MONTH, month, model="m", prompt="p")
+        again = ledger.sync_posts(MONTH, month, model="m", analysis=asked())
     assert (again.new, again.unchanged, again.changed) == (0, 300, 0)
     assert [sql for sql, _ in seen if WRITES.match(sql)] == []
 
     # A post that moved in the file is one position written, nothing else.
     moved = [month[1], month[0], *month[2:]]
     with statements(ledger) as seen:
-        ledger.sync_posts(MONTH, moved, model="m", prompt="p")
+        ledger.sync_posts(MONTH, moved, model="m", analysis=asked())
     writes = [(sql, parameters) for sql, parameters in seen if WRITES.match(sql)]
     assert len(writes) == 1 and writes[0][0].lstrip().upper().startswith("UPDATE POSTS")
     assert len(writes[0][1]) == 2  # two rows of one executemany
@@ -56,8 +56,10 @@ def test_a_month_of_several_chunks_is_synced_whole_its_events_in_file_order(
     the events already logged."""
     ledger = Ledger(any_ledger_url)
     first = month_of_posts(CHUNK + 10)
-    ledger.sync_posts(MONTH, first[:10], model="m", prompt="p")
-    report = ledger.sync_posts(MONTH, first + [Post("last", "the end", 1)], model="m", prompt="p")
+    ledger.sync_posts(MONTH, first[:10], model="m", analysis=asked())
+    report = ledger.sync_posts(
+        MONTH, first + [Post("last", "the end", 1)], model="m", analysis=asked()
+    )
     assert (report.new, report.unchanged) == (CHUNK + 1, 10)
     posts = ledger.posts(MONTH)
     assert [p.post_id for p in posts] == [p.id for p in first] + ["last"]
@@ -78,9 +80,9 @@ def test_a_plan_moves_each_post_into_the_batch_that_names_it_logged_in_batch_ord
     ledger = Ledger(any_ledger_url)
     month = month_of_posts(40)
     month[7] = Post(month[7].id, "x" * 400, month[7].line)  # alone over max_chars
-    ledger.sync_posts(MONTH, month, model="m", prompt="p")
+    ledger.sync_posts(MONTH, month, model="m", analysis=asked())
     ledger.plan(MONTH, max_posts=6, max_chars=300)
-    ledger.sync_posts(MONTH, [*month, *month_of_posts(45)[40:]], model="m", prompt="p")
+    ledger.sync_posts(MONTH, [*month, *month_of_posts(45)[40:]], model="m", analysis=asked())
     planned_before = len(ledger.events(MONTH))
     ledger.plan(MONTH, max_posts=6, max_chars=300)
 
@@ -147,7 +149,7 @@ def test_a_batch_cycle_finds_its_rows_through_indexes(tmp_path: Any) -> None:
     """Each statement of one batch's life, run by SQLite's planner: none reads a whole table
     of the month (posts, batches, events) to find the batch's own rows."""
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
-    ledger.sync_posts(MONTH, month_of_posts(2_000), model="m", prompt="p")
+    ledger.sync_posts(MONTH, month_of_posts(2_000), model="m", analysis=asked())
     ledger.plan(MONTH, max_posts=25, max_chars=10_000)
     with ledger.engine.begin() as connection:
         connection.execute(text("ANALYZE"))  # as a long-used ledger would have statistics
@@ -208,7 +210,7 @@ def test_a_batch_costs_the_database_the_same_in_a_small_and_in_a_big_month(tmp_p
     steps = {}
     for n in (1_000, 20_000):
         ledger = Ledger(f"sqlite:///{tmp_path / f'ledger-{n}.db'}")
-        ledger.sync_posts(MONTH, month_of_posts(n), model="m", prompt="p")
+        ledger.sync_posts(MONTH, month_of_posts(n), model="m", analysis=asked())
         ledger.plan(MONTH, max_posts=25, max_chars=10_000)
         with sqlite_steps(ledger) as counted:
             ledger.count_in(MONTH, PostStatus.PENDING)
@@ -225,7 +227,7 @@ def test_planning_a_month_costs_the_database_in_proportion_to_its_posts(tmp_path
     steps = {}
     for n in (1_000, 4_000):
         ledger = Ledger(f"sqlite:///{tmp_path / f'ledger-{n}.db'}")
-        ledger.sync_posts(MONTH, month_of_posts(n), model="m", prompt="p")
+        ledger.sync_posts(MONTH, month_of_posts(n), model="m", analysis=asked())
         with sqlite_steps(ledger) as counted:
             ledger.plan(MONTH, max_posts=25, max_chars=10_000)
         steps[n] = counted[0]
@@ -248,7 +250,7 @@ def test_status_reads_as_much_of_a_month_of_many_posts_as_of_few(tmp_path: Any) 
     for n in (1_000, 20_000):
         path = tmp_path / f"ledger-{n}.db"
         ledger = Ledger(f"sqlite:///{path}")
-        ledger.sync_posts(MONTH, month_of_posts(n), model="m", prompt="p")
+        ledger.sync_posts(MONTH, month_of_posts(n), model="m", analysis=asked())
         ledger.plan(MONTH, max_posts=n // 40, max_chars=1_000_000)
         for _ in range(3):
             settle_next_batch(ledger, MONTH)

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from postledger.batches.posts import Post, load_posts
 from postledger.ledger import Ledger
 from postledger.record.models import PostStatus
-from tests.support.ledgers import WRITES, settle_next_batch, statements
+from tests.support.ledgers import WRITES, asked, settle_next_batch, statements
 from tests.support.months import write_jsonl
 
 MONTH = "2026-10"
@@ -75,7 +75,7 @@ def test_the_file_gives_each_post_its_own_fields(tmp_path: Path) -> None:
 
 def test_changed_fields_alone_are_written_and_the_work_is_kept(any_ledger_url: str) -> None:
     ledger = Ledger(any_ledger_url)
-    ledger.sync_posts(MONTH, month(), model="m", prompt="p")
+    ledger.sync_posts(MONTH, month(), model="m", analysis=asked())
     assert stored(ledger) == {
         "p0": fields(author="ana", lang="en"),
         "p1": fields(author="bo"),
@@ -91,7 +91,7 @@ def test_changed_fields_alone_are_written_and_the_work_is_kept(any_ledger_url: s
     # statement; nothing else moves.
     edited = month(p0=fields(author="ana b.", lang="en"), p2=fields(lang="de"), p3="")
     with writes(ledger) as seen:
-        again = ledger.sync_posts(MONTH, edited, model="m", prompt="p")
+        again = ledger.sync_posts(MONTH, edited, model="m", analysis=asked())
     assert (again.new, again.unchanged, again.changed) == (0, 4, 0)
     assert len(seen) == 1 and seen[0][0].lstrip().upper().startswith("UPDATE POSTS")
     assert len(seen[0][1]) == 3  # rows of one executemany: p0, p2, p3 (checked below)
@@ -116,13 +116,13 @@ def test_changed_fields_alone_are_written_and_the_work_is_kept(any_ledger_url: s
 
     # The same file again: nothing at all is written.
     with writes(ledger) as seen:
-        same = ledger.sync_posts(MONTH, edited, model="m", prompt="p")
+        same = ledger.sync_posts(MONTH, edited, model="m", analysis=asked())
     assert (same.new, same.unchanged, same.changed) == (0, 4, 0)
     assert seen == []
 
     # A changed text starts over, with the fields the file gives now.
     retold = [*edited[:1], Post("p1", "a new text", 2, fields(author="bo", lang="en")), *edited[2:]]
-    assert ledger.sync_posts(MONTH, retold, model="m", prompt="p").changed == 1
+    assert ledger.sync_posts(MONTH, retold, model="m", analysis=asked()).changed == 1
     p1 = next(p for p in ledger.posts(MONTH) if p.post_id == "p1")
     assert p1.status is PostStatus.PENDING and p1.result is None
     assert p1.fields == fields(author="bo", lang="en")
@@ -133,14 +133,14 @@ def test_posts_synced_before_their_fields_were_kept_learn_them(any_ledger_url: s
     """A ledger from before the fields were kept (the column empty): the next sync writes the
     fields of the posts that have some, and only theirs; the work stays."""
     ledger = Ledger(any_ledger_url)
-    ledger.sync_posts(MONTH, month(), model="m", prompt="p")
+    ledger.sync_posts(MONTH, month(), model="m", analysis=asked())
     complete_first_batch(ledger)
     with ledger.engine.begin() as connection:
         connection.execute(text("UPDATE posts SET fields = NULL"))
     events = len(ledger.events(MONTH))
 
     with writes(ledger) as seen:
-        again = ledger.sync_posts(MONTH, month(), model="m", prompt="p")
+        again = ledger.sync_posts(MONTH, month(), model="m", analysis=asked())
     assert (again.new, again.unchanged, again.changed) == (0, 4, 0)
     assert len(seen) == 1
     assert len(seen[0][1]) == 3  # rows of one executemany: p0, p1, p3 (p2 has no field)
@@ -163,7 +163,7 @@ def test_a_broken_emoji_in_a_field_is_kept_and_reported(
         ['{"id": "p0", "text": "logged out again", "author": "ana\\ud83d", "lang": "en"}'],
     )
     ledger = Ledger(any_ledger_url)
-    ledger.sync_posts(MONTH, load_posts(path), model="m", prompt="p")
+    ledger.sync_posts(MONTH, load_posts(path), model="m", analysis=asked())
     report = status_of(ledger, MONTH)
     assert report is not None
     out = tmp_path / "report"

@@ -15,6 +15,7 @@ from postledger.batches.posts import Post
 from postledger.guards.spill import Spill, SpillError, SpillKind
 from postledger.ledger import Ledger
 from postledger.recovery.interrupted import import_spill
+from tests.support.ledgers import asked
 
 MONTH = "2026-10"
 BATCH, OTHER_BATCH = f"{MONTH}-b0001", f"{MONTH}-b0002"
@@ -157,7 +158,7 @@ def test_a_file_that_is_not_utf8_at_all_is_refused_and_left_where_it_is(tmp_path
 
 def planned_batch(ledger: Ledger) -> str:
     posts = [Post(f"p{i:03d}", f"post {i}: why is the app slow?", i + 1) for i in range(2)]
-    ledger.sync_posts(MONTH, posts, model="m", prompt="p")
+    ledger.sync_posts(MONTH, posts, model="m", analysis=asked())
     (batch,) = ledger.plan(MONTH, max_posts=25, max_chars=10_000).batches
     ledger.mark_running(batch.batch_id)
     return batch.batch_id

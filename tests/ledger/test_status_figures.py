@@ -23,6 +23,7 @@ from postledger.record.migrate import SchemaMismatch
 from postledger.record.models import Answer, BatchStatus, PostStatus, Question
 from postledger.record.plain import LedgerUnreadable, read_only
 from postledger.settings import Limits
+from tests.support.ledgers import asked
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)
@@ -36,7 +37,7 @@ def _item(post_id: str, category: str = "praise") -> str:
 
 def _finish(ledger: Ledger, batch_id: str, raw: str, attempts: int = 1) -> None:
     ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 5}, PRICE)
-    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    check = check_output(raw, ledger.batch(batch_id).post_ids, asked())
     decision = after_output(
         ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits(max_attempts=attempts)
     )
@@ -50,7 +51,7 @@ def _a_month_with_everything(url: str) -> Ledger:
     ledger = Ledger(url)
     texts = {0: "x" * 200, 11: "y" * 200}
     month = [Post(f"p{i:02d}", texts.get(i, f"post {i}"), i + 1) for i in range(12)]
-    ledger.sync_posts(MONTH, month, model="m", prompt="p")
+    ledger.sync_posts(MONTH, month, model="m", analysis=asked())
     first, second, third = ledger.plan(MONTH, max_posts=4, max_chars=100).batches
     ledger.mark_running(first.batch_id, price=PRICE, prompt="p")
     items = [_item("p01", "nonsense"), _item("p02"), _item("p03"), _item("p04")]

@@ -21,6 +21,7 @@ from postledger.trip import OverBudget, Trip
 from postledger.trip.marking import mark_for_job
 from postledger.upstreams import facts_of
 from postledger.upstreams.openai_batch import OpenAIBatchClient, request_line
+from tests.support.ledgers import asked
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)
@@ -31,7 +32,7 @@ def planned(tmp_path: Path) -> Ledger:
     """Six batches of five posts, queued."""
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
     posts = [Post(f"p{i:02d}", f"post number {i}", i + 1) for i in range(30)]
-    ledger.sync_posts(MONTH, posts, model="m", prompt="p")
+    ledger.sync_posts(MONTH, posts, model="m", analysis=asked())
     ledger.plan(MONTH, max_posts=5, max_chars=10_000)
     return ledger
 
@@ -84,8 +85,9 @@ def test_a_job_is_never_made_bigger_than_its_file_may_be(
     planned: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each line's size is known once it is marked (its request kept); before the next one,
-    # room is kept for the worst it could be: 7 bytes a character, twice the prompt, 8 KiB.
-    worst_line = 7 * 1000 + 2 * len(b"p") + 8192
+    # room is kept for the worst it could be: 7 bytes a character, twice what every request
+    # carries besides its posts (the analysis's instructions and schema), 8 KiB.
+    worst_line = 7 * 1000 + 2 * len(asked().request_text.encode()) + 8192
     ids = [b.batch_id for b in planned.batches(MONTH)]
     lines = {b: _line_of(planned, b) for b in ids}  # as the adapter will write them
     cap = lines[ids[0]] + lines[ids[1]] + worst_line  # room for exactly three
@@ -99,7 +101,7 @@ def test_a_job_is_never_made_bigger_than_its_file_may_be(
 def _line_of(ledger: Ledger, batch_id: str) -> int:
     """The bytes of the batch's line in the input file, as `OpenAIBatchClient` writes it."""
     posts = [(p.post_id, p.text) for p in ledger.posts_of(batch_id)]
-    return len(request_line(batch_id, "m", "p", posts, json_schema=True).encode())
+    return len(request_line(batch_id, "m", asked(), posts, json_schema=True).encode())
 
 
 def test_a_batch_the_budget_holds_back_stops_the_job_there(planned: Ledger) -> None:
@@ -107,7 +109,8 @@ def test_a_batch_the_budget_holds_back_stops_the_job_there(planned: Ledger) -> N
     ids = [b.batch_id for b in batches]
     texts = [p.text for p in planned.posts(MONTH)]
     # Enough for three batches' estimates, not four.
-    three = sum(estimate(PRICE, "p", texts[5 * n : 5 * n + 5]) for n in range(3))
+    request_text = asked().request_text
+    three = sum(estimate(PRICE, request_text, texts[5 * n : 5 * n + 5]) for n in range(3))
     marked, not_started = submission(planned, max_cost=three + 1).mark(ids, holder=None)
     assert [b.batch_id for b in marked] == ids[:3]
     assert isinstance(not_started, OverBudget) and not_started.batch_id == ids[3]

@@ -46,7 +46,7 @@ def batch_api(monkeypatch: pytest.MonkeyPatch) -> Any:
 def planned(ledger: Ledger, n: int) -> list[str]:
     posts = [Post(f"p{i:02d}", f"The export page times out, case {i}.", i + 1) for i in range(n)]
     settings = Settings()
-    ledger.sync_posts(MONTH, posts, model=settings.model, prompt=settings.prompt)
+    ledger.sync_posts(MONTH, posts, model=settings.model, analysis=settings.analysis_in_use())
     ledger.plan(MONTH, max_posts=5, max_chars=10_000)
     return [b.batch_id for b in ledger.batches(MONTH, BatchStatus.QUEUED)]
 

@@ -7,9 +7,20 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.support.months import MONTH
+
+if TYPE_CHECKING:
+    from postledger.analysis import Analysis
+
+
+def asked(instructions: str = "p") -> Analysis:
+    """The built-in analysis with `instructions` as its instructions: what a test that once
+    passed `prompt="p"` to the ledger now passes as `analysis=`."""
+    from postledger.analysis import load_analysis
+
+    return load_analysis(None, instructions=instructions)
 
 
 def recount_posts(session: Any) -> None:
@@ -112,6 +123,7 @@ def settle_next_batch(ledger: Any, month: str = MONTH, usage: dict[str, int] | N
     """The month's next planned batch through the ledger as the batch task run moves it (intent,
     task id, saved output, validated and applied), with the simulator's model writing a valid
     output and no upstream called: its posts end `completed`. Returns the posts it sent."""
+    from postledger.analysis import load_analysis
     from postledger.batches.output import check_output
     from postledger.failures.policy import after_output
     from postledger.settings import Limits
@@ -122,7 +134,7 @@ def settle_next_batch(ledger: Any, month: str = MONTH, usage: dict[str, int] | N
     ledger.record_task_id(batch_id, "task_1")
     raw = write_output([(p.post_id, p.text) for p in sent])
     ledger.save_output(batch_id, raw, usage or {"input_tokens": 1, "output_tokens": 2})
-    check = check_output(raw, ledger.batch(batch_id).post_ids)
+    check = check_output(raw, ledger.batch(batch_id).post_ids, load_analysis(None))
     decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
     ledger.apply(batch_id, decision, check)
     return sent

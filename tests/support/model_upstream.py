@@ -160,14 +160,17 @@ class ModelUpstream:
         *,
         honour_keys: bool,
         price: Price,
-        prompt: str,
+        request_text: str,
         clock: FakeClock,
         batch_of_key: Callable[[str], tuple[str, int]],
         sends_of: Callable[[str], int],
     ) -> None:
-        """`batch_of_key`: the ledger batch (and its send) a task API key names, from the
-        ledger (a task API request names no batch); `sends_of`: a batch's `sends` now."""
-        self.kind, self.honour_keys, self.price, self.prompt = kind, honour_keys, price, prompt
+        """`request_text`: what each request carries besides its posts, as the ledger's
+        estimate counts it (the analysis's `request_text`); `batch_of_key`: the ledger batch
+        (and its send) a task API key names, from the ledger (a task API request names no
+        batch); `sends_of`: a batch's `sends` now."""
+        self.kind, self.honour_keys, self.price = kind, honour_keys, price
+        self.request_text = request_text
         self.clock = clock
         self._batch_of_key, self._sends_of = batch_of_key, sends_of
         self.jobs: dict[str, Job] = {}
@@ -552,7 +555,7 @@ class ModelUpstream:
     def _usage(self, posts: list[tuple[str, str]]) -> dict[str, int]:
         """Input as the ledger's estimate counts it; output half its typical answer, so that
         a cost never exceeds its estimate (the budget's checks rest on that)."""
-        tokens = tokens_of(len(self.prompt)) + sum(tokens_of(len(t)) for _, t in posts)
+        tokens = tokens_of(len(self.request_text)) + sum(tokens_of(len(t)) for _, t in posts)
         return {"input_tokens": tokens, "output_tokens": OUTPUT_TOKENS_PER_POST * len(posts) // 2}
 
     def _cost(self, posts: list[tuple[str, str]]) -> int:
@@ -560,7 +563,7 @@ class ModelUpstream:
         return cost_of(self.price, usage["input_tokens"], usage["output_tokens"])
 
     def _estimate(self, posts: list[tuple[str, str]]) -> int:
-        tokens = tokens_of(len(self.prompt)) + sum(tokens_of(len(t)) for _, t in posts)
+        tokens = tokens_of(len(self.request_text)) + sum(tokens_of(len(t)) for _, t in posts)
         return cost_of(self.price, tokens, OUTPUT_TOKENS_PER_POST * len(posts))
 
     def _items(self, line: Line) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlalchemy.exc import OperationalError
 
+from postledger.analysis import load_analysis
 from postledger.ledger import Ledger
 from tests.support.databases import fresh_ledger_database
 from tests.support.ledger_backend import LEDGER_ON_POSTGRES, PG_ADMIN_URL
@@ -25,6 +26,9 @@ from tests.support.ledger_faults import InjectedDiskError
 from tests.support.model_upstream import Crash
 
 PROMPT = "Classify each post: category, sentiment, one sentence."
+# What the months are asked: the built-in analysis with PROMPT as its instructions (the
+# settings' `prompt`).
+ANALYSIS = load_analysis(None, instructions=PROMPT)
 
 
 @dataclass

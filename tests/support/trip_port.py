@@ -71,7 +71,7 @@ class DirectPort:
         self, batch_id: str, posts: Sequence[tuple[str, str]], idempotency_key: str
     ) -> Created:
         s = self.settings
-        request = CreateRequest(batch_id, s.model, s.prompt, posts, idempotency_key)
+        request = CreateRequest(batch_id, s.model, s.analysis_in_use(), posts, idempotency_key)
         return await self._retried("create", batch_id, lambda c: one_call.create_task(c, request))
 
     async def wait(self, batch_id: str, task_id: str, seconds: float) -> Look:
@@ -106,7 +106,7 @@ class DirectPort:
         idempotency_key: str,
     ) -> Created:
         s = self.settings
-        job = JobRequest(submission_id, s.model, s.prompt, lines, idempotency_key)
+        job = JobRequest(submission_id, s.model, s.analysis_in_use(), lines, idempotency_key)
         return await self._retried("submit", lines[0][0], lambda c: one_call.submit_job(c, job))
 
     async def wait_job(

@@ -15,12 +15,14 @@ resent by itself), R26 (an unknown task id fails the posts, and makes no new tas
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from postledger.batches.output import Analysis, Category, OutputCheck, Sentiment
+from postledger.analysis.default import Category, Sentiment
+from postledger.batches.output import OutputCheck
 from postledger.failures.classify import failure_of
 from postledger.failures.policy import (
     STOPPING,
@@ -137,10 +139,9 @@ def moves_by_post(decision: Decision) -> dict[str, PostStatus]:
     return {move.post_id: move.to for move in decision.moves}
 
 
-def analysis(post_id: str) -> Analysis:
-    return Analysis(
-        id=post_id, category=Category.PRAISE, sentiment=Sentiment.POSITIVE, summary="nice"
-    )
+def analysis(post_id: str) -> dict[str, Any]:
+    """`post_id`'s result as the check keeps it: its fields, without the id."""
+    return {"category": Category.PRAISE, "sentiment": Sentiment.POSITIVE, "summary": "nice"}
 
 
 # --- attempt caps (R15) ---------------------------------------------------------------------------
@@ -448,6 +449,7 @@ def test_a_create_the_upstream_accepted_but_whose_answer_is_unreadable_is_never_
     from postledger.upstreams.errors import TransportError
     from postledger.upstreams.openai_chat import OpenAIChatClient
     from postledger.upstreams.task_api import TaskApiClient
+    from tests.support.ledgers import asked
 
     def answer(request: httpx.Request) -> httpx.Response:
         assert request.url.path.endswith(path)
@@ -461,7 +463,7 @@ def test_a_create_the_upstream_accepted_but_whose_answer_is_unreadable_is_never_
         if kind == "task_api"
         else OpenAIChatClient("http://upstream.test/v1", transport=transport)
     )
-    request = CreateRequest("2026-10-b0001", "m", "p", [("p1", "t1"), ("p2", "t2")], "key")
+    request = CreateRequest("2026-10-b0001", "m", asked("p"), [("p1", "t1"), ("p2", "t2")], "key")
     with pytest.raises(TransportError) as raised:
         asyncio.run(client.create(request))
     assert raised.value.maybe_sent

@@ -39,9 +39,12 @@ from postledger.upstreams.http import HttpUpstream, gateway_retries_of, retry_af
 from postledger.upstreams.openai_batch import OpenAIBatchClient, submission_metadata
 from postledger.upstreams.openai_chat import OpenAIChatClient
 from postledger.upstreams.task_api import TaskApiClient
+from tests.support.ledgers import asked
 
 KEY = "sk-test-secret-0123456789"
-REQUEST = CreateRequest("2026-10-b0001", "sim-analyst-1", "Analyse.", [("p1", "hello")], "key-1")
+REQUEST = CreateRequest(
+    "2026-10-b0001", "sim-analyst-1", asked("Analyse."), [("p1", "hello")], "key-1"
+)
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
