@@ -45,6 +45,22 @@ def write_report(tmp_path: Path, url: str) -> Path:
     return out
 
 
+def progress_description() -> str:
+    """What the month's progress artifact says now, on the Prefect server."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    from flows.artifacts import artifact_key
+
+    key = ArtifactFilterKey(any_=[artifact_key(MONTH, "progress")])
+    with get_client(sync_client=True) as client:
+        (latest,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=key), sort=ArtifactSort.CREATED_DESC, limit=1
+        )
+    return latest.description or ""
+
+
 @pytest.mark.on_postgres
 @pytest.mark.parametrize("kind", UPSTREAM_KINDS)
 @pytest.mark.parametrize("faulty", [None], indirect=True)
@@ -109,6 +125,8 @@ def test_a_changed_analysis_asks_the_completed_posts_again_as_new_work(
     assert set(faulty.charged_per_post().values()) == {1}
 
     monthly_posts(month=MONTH, posts_path=posts, analysis=str(TRIAGE))
+    named = "The analysis support_triage (product_area, urgency, needs_reply, summary): "
+    assert progress_description().startswith(named)  # the progress artifact names it
     assert {tuple(sorted(p.result or {})) for p in ledger.posts(MONTH)} == {
         tuple(sorted(TRIAGE_FIELDS))
     }

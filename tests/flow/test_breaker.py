@@ -208,6 +208,21 @@ def run_in_background(tmp_path: Path, n: int) -> tuple[Any, dict[str, Any]]:
     return in_background(lambda: monthly_posts(month=MONTH, posts_path=path))
 
 
+def paused_form_says(question: Any) -> str:
+    """The description the paused run's form shows (its run input's), from the Prefect API."""
+    from prefect import get_client
+    from prefect.input.actions import read_flow_run_input
+    from prefect.input.run_input import keyset_from_paused_state
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(question.flow_run_id).state
+    assert state is not None
+    said = read_flow_run_input(
+        keyset_from_paused_state(state)["description"], flow_run_id=question.flow_run_id
+    )
+    return str(said)
+
+
 def approve_in_another_process(ledger_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return postledger(
         "approve", "--month", MONTH, *args, cwd=Path.cwd(), POSTLEDGER_DATABASE_URL=ledger_url
@@ -246,6 +261,8 @@ def test_second_failure_opens_pauses_and_continue_probes_first(
     assert "Paused, waiting for a person: the circuit breaker is open" in progress.description
     assert "a continue sends next a batch of about " in progress.description
     assert f"postledger approve --month {MONTH}" in progress.description
+    assert "The analysis post_analysis (category, sentiment, summary)" in progress.description
+    assert "Each post is asked the analysis post_analysis" in paused_form_says(question)
 
     faulty.hold(True)  # from the probe on (nothing is in flight while paused)
     try:

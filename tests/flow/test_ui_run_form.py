@@ -45,6 +45,7 @@ MUST_SAY = {
     "resubmit": ["yes, send them again", "May be charged twice", "Empty: the run asks"],
     "upstream_block": ["postledger-upstream block", "Empty: the POSTLEDGER_UPSTREAM_*"],
     "ledger_block": ["postledger-ledger block", "Empty: the POSTLEDGER_DATABASE_URL"],
+    "analysis": ["What each post is asked", "a JSON Schema file", "Empty: POSTLEDGER_ANALYSIS"],
 }
 
 
