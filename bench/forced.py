@@ -15,9 +15,9 @@ attempt of that post:
 - `truncated`: the posts with no complete item in the cut output, read from the raw output the
   ledger saved for that task (or line); when the ledger no longer holds that output, every post
   of the task (or line), and the figures say how often that happened;
-- a one-item fault (`missing_id`, `stray_id`, `bad_field`, `duplicate_id`, `request_error`
-  where it spoils one item): the post it names; `request_error` on OpenAI's Batch API fails a
-  whole request line: every post of that line.
+- a one-item fault (`missing_id`, `stray_id`, `bad_field`, `missing_field`, `long_string`,
+  `duplicate_id`, `request_error` where it spoils one item): the post it names;
+  `request_error` on OpenAI's Batch API fails a whole request line: every post of that line.
 - a lost create answer (`create:*_after_create`: the upstream made the work and charged it,
   the answer never came; the fired entry's `made` names its charges): every post of each task
   it made, when the made work can be neither found nor reused, so that the only way on is to
@@ -44,7 +44,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TASK_API = "task_api"
-ONE_ITEM = {"missing_id", "stray_id", "bad_field", "duplicate_id", "request_error"}
+ONE_ITEM = {
+    "missing_id",
+    "stray_id",
+    "bad_field",
+    "missing_field",
+    "long_string",
+    "duplicate_id",
+    "request_error",
+}
 # The kinds whose made work a lost create answer leaves unfindable: no idempotency key is
 # honoured, no job can be listed (the task API is one too when it does not honour keys).
 UNFINDABLE = {"openai_chat", "anthropic_messages", "anthropic_batch"}
