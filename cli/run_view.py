@@ -19,9 +19,9 @@ from postledger.progress.status import progress_of, status_of, what_is_asked
 from postledger.record.models import Question
 
 
-def what_this_run_did(before: dict[str, Any] | None, after: dict[str, Any]) -> str:
-    """What changed in the month's ledger during this run, in one line."""
-    ended = {k: after[k] - (before or {}).get(k, 0) for k in ("completed", "failed")}
+def what_this_run_did(ended: dict[str, int], after: dict[str, Any]) -> str:
+    """What this run did to the month, in one line: the posts it ended (`ended`, from the
+    ledger's events of this run), and what is left."""
     left = after["unfinished"]
     if not any(ended.values()):
         if left == 0:

@@ -72,7 +72,8 @@ def run_month(
         from flows.monthly import RunStopped, monthly_posts
         from flows.stop_request import stopping_on_signals
         from postledger.ledger import Ledger
-        from postledger.progress.status import progress_of, status_of
+        from postledger.progress.status import status_of
+        from postledger.record.rows import last_event, posts_ended_since
 
         # The simulator after those imports, still well before the server answers: started
         # beside them, the three processes shared two cores and the server, which every step
@@ -85,7 +86,8 @@ def run_month(
             server.wait_ready()
             server.on_unexpected_exit(lambda code: _without_its_server(console, month, code))
         ledger = Ledger(settings.resolved_database_url(), busy_timeout=settings.sqlite_busy_timeout)
-        before = progress_of(ledger, month)
+        with ledger.plain() as reader:
+            first_event = last_event(reader, month)  # what this run does comes after it
         stopped: str | None = None
         with (
             progress_bar(ledger, month, total, console, embedded=server is not None),
@@ -108,10 +110,12 @@ def run_month(
     if stopped:
         console.print(f"[red]{stopped}[/]")
     report = status_of(ledger, month)
+    with ledger.plain() as reader:
+        ended = posts_ended_since(reader, month, first_event)
     ledger.close()
     if report is None:
         return 1
-    _say_how_it_ended(console, month, before, report, settings)
+    _say_how_it_ended(console, month, ended, report, settings)
     return 0 if report["unfinished"] == 0 and not stopped else 1
 
 
@@ -131,7 +135,7 @@ def _start_bundled_simulator(running: ExitStack, settings: Settings, sim_latency
 def _say_how_it_ended(
     console: Console,
     month: str,
-    before: dict[str, Any] | None,
+    ended: dict[str, int],
     report: dict[str, Any],
     settings: Settings,
 ) -> None:
@@ -143,7 +147,7 @@ def _say_how_it_ended(
     if (table := failures_table(report)) is not None:
         console.print(table)
     # Plain text: rich's highlighter would colour the month's digits as numbers.
-    console.print(what_this_run_did(before, report), highlight=False)
+    console.print(what_this_run_did(ended, report), highlight=False)
     console.print(f"ledger: {shown(settings.resolved_database_url())}", highlight=False)
     console.print(
         f"results: postledger report --month {month}  (posts and a summary, as files)",

@@ -171,6 +171,23 @@ def last_event(reader: Reader, month: str) -> int:
     return int(last or 0)
 
 
+def posts_ended_since(reader: Reader, month: str, seq: int) -> dict[str, int]:
+    """How many times a post of the month ended `completed`, and `failed`, in the events
+    numbered after `seq`: what a run did, even to posts that had ended before it and were
+    started over (a changed input), which the month's counts alone cannot tell."""
+    ended = dict.fromkeys((PostStatus.COMPLETED.value, PostStatus.FAILED.value), 0)
+    found = reader.rows(
+        "SELECT to_status, COUNT(*) FROM events WHERE month = ? AND seq > ? AND entity = ? "
+        "AND to_status IN (?, ?) GROUP BY to_status",
+        month,
+        seq,
+        EntityKind.POST.name,
+        *ended,
+    )
+    ended.update({str(status): int(n) for status, n in found})
+    return ended
+
+
 def changed_since(reader: Reader, month: str, seq: int, batch_ids: list[str]) -> set[str]:
     """Those of `batch_ids` with an event of their own numbered after `seq`: sent, moved, their
     task id found or their outcome left uncertain since. (A post leaving a batch is the post's

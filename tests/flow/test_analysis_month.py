@@ -12,6 +12,7 @@ import pytest
 
 from postledger.analysis import load_analysis
 from postledger.ledger import Ledger
+from postledger.record import rows
 from postledger.record.models import PostStatus
 from postledger.record.plain import read_only
 from tests.support.commands import postledger
@@ -112,6 +113,7 @@ def test_a_changed_analysis_asks_the_completed_posts_again_as_new_work(
     prefect_harness: None,
     faulty: Sim,
     ledger: Ledger,
+    ledger_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -124,7 +126,13 @@ def test_a_changed_analysis_asks_the_completed_posts_again_as_new_work(
     }
     assert set(faulty.charged_per_post().values()) == {1}
 
+    with read_only(ledger_url) as reader:
+        assert reader is not None
+        before = rows.last_event(reader, MONTH)
     monthly_posts(month=MONTH, posts_path=posts, analysis=str(TRIAGE))
+    with read_only(ledger_url) as reader:  # what `postledger run` says this run did
+        assert reader is not None
+        assert rows.posts_ended_since(reader, MONTH, before) == {"completed": 12, "failed": 0}
     named = "The analysis support_triage (product_area, urgency, needs_reply, summary): "
     assert progress_description().startswith(named)  # the progress artifact names it
     assert {tuple(sorted(p.result or {})) for p in ledger.posts(MONTH)} == {
