@@ -36,11 +36,17 @@ app.add_typer(sim.sim_app, name="sim")
 
 def main() -> None:
     """The `postledger` command. A ledger that cannot be used as it is (an older schema, a
-    database that does not answer, a write that failed) is said in one line with what to do,
-    never as a traceback; anything else unexpected keeps its traceback."""
+    database that does not answer, a write that failed), or an analysis that cannot be (a
+    command that estimates what a batch costs reads it), is said with what to do, never as a
+    traceback; anything else unexpected keeps its traceback."""
     try:
         app(prog_name="postledger")
     except Exception as exc:
+        from postledger.analysis import AnalysisError
+
+        if isinstance(exc, AnalysisError):
+            err.print(f"error: {exc}", soft_wrap=True, markup=False, highlight=False)
+            raise SystemExit(2) from None
         problem = _ledger_problem(exc)
         if problem is None:
             raise

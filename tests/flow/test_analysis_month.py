@@ -187,3 +187,20 @@ def test_postledger_run_refuses_a_bad_analysis_before_prefect_starts(tmp_path: P
     assert "missing.json: the file: there is no such file" in said
     assert "name a JSON Schema file" in said  # what to do
     assert not (tmp_path / ".postledger").exists()  # no ledger was made
+
+
+def test_a_command_that_reads_a_bad_analysis_says_so_in_one_line(tmp_path: Path) -> None:
+    from postledger.ledger import open_ledger
+    from postledger.preflight import Post
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = open_ledger(url)
+    ledger.sync_posts(MONTH, [Post("p1", "a post", 1)], model="m", analysis=load_analysis(None))
+    ledger.close()
+    answered = postledger(
+        "plan", "--month", MONTH, cwd=tmp_path,
+        POSTLEDGER_DATABASE_URL=url, POSTLEDGER_ANALYSIS="nope.json",
+    )  # fmt: skip
+    assert answered.returncode == 2, answered.stdout + answered.stderr
+    assert "Traceback" not in answered.stderr
+    assert answered.stderr.startswith("error: nope.json: the file: there is no such file")
