@@ -35,7 +35,7 @@ from simulator.answers import SUMMARY_CHARS
 # How postledger's JSON mode says the item schema: on one line of the system message.
 SCHEMA_LINE = "Each item must match this JSON Schema: "
 # OpenAI's strict mode takes no length keywords: postledger says a text bound in words there.
-_SAID_BOUND = re.compile(r"\(at most (\d+) characters\)\s*$")
+_SAID_BOUND = re.compile(r"\((?:at least (\d+) and )?at most (\d+) characters\)\s*$")
 DEFAULT_ANALYSIS = load_analysis(DEFAULT)
 
 
@@ -107,13 +107,17 @@ def _read(key: str) -> Analysis:
 
 
 def _bounded(node: Any) -> Any:
-    """A text field's node with its bound as `maxLength`, where it is said in words only."""
+    """A text field's node with its bounds as `maxLength` (and `minLength`), where they are
+    said in words only (OpenAI's strict form)."""
     if not isinstance(node, dict) or node.get("type") != "string" or "enum" in node:
         return node
     if "maxLength" in node or not isinstance(node.get("description"), str):
         return node
     said = _SAID_BOUND.search(node["description"])
-    return node if said is None else {**node, "maxLength": int(said.group(1))}
+    if said is None:
+        return node
+    least, most = said.groups()
+    return {**node, "maxLength": int(most), **({"minLength": int(least)} if least else {})}
 
 
 @functools.lru_cache(maxsize=64)

@@ -30,12 +30,12 @@ class Analysis:
         """The fields whose values can be counted (the summary's tables)."""
         return tuple(f for f in self.fields if isinstance(f, EnumField | EnumListField))
 
-    def item_schema(self, *, lengths: bool = True) -> dict[str, Any]:
+    def item_schema(self, *, strict: bool = False) -> dict[str, Any]:
         """The JSON Schema of one post's answer: its id and every field, all required, nothing
         else (what OpenAI's strict mode asks for, and what every provider accepts).
-        `lengths=False`: text bounds said in words only (OpenAI strict)."""
+        `strict=True`: OpenAI's strict form (bounds it does not take, said in words)."""
         properties: dict[str, Any] = {ITEM_ID: {"type": "string"}}
-        properties |= {field.name: field.schema(lengths=lengths) for field in self.fields}
+        properties |= {field.name: field.schema(strict=strict) for field in self.fields}
         return {
             "type": "object",
             "properties": properties,
@@ -74,7 +74,11 @@ class Analysis:
         return f"{self.instructions}\n{json.dumps(self.item_schema(), ensure_ascii=False)}"
 
     def with_instructions(self, instructions: str | None) -> Analysis:
-        return self if not instructions else replace(self, instructions=instructions)
+        """This analysis asked with `instructions` instead (kept exactly as given: they are
+        part of each post's fingerprint), unless they are empty."""
+        if instructions is None or not instructions.strip():
+            return self
+        return replace(self, instructions=instructions)
 
     def check(self, item: dict[str, Any]) -> dict[str, Any] | str:
         """One answer's result (its fields, in the analysis's order), or why it is not one.

@@ -2,6 +2,9 @@
 
 Each field knows the JSON Schema it is asked with and the check of a value that came back: the
 schema tells the model what to write, the check decides whether what it wrote is a result.
+`schema(strict=True)` is the form OpenAI's strict structured outputs take: they list no
+length or uniqueness keywords among those they support, so there those bounds are said in the
+field's description, and the check holds them either way.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class EnumField:
     values: tuple[str, ...]
     kind: FieldKind = FieldKind.ENUM
 
-    def schema(self, *, lengths: bool = True) -> dict[str, Any]:
+    def schema(self, *, strict: bool = False) -> dict[str, Any]:
         return {"type": "string", "enum": list(self.values), "description": self.description}
 
     def problem(self, value: Any) -> str | None:
@@ -45,17 +48,19 @@ class TextField:
     min_length: int = 0
     kind: FieldKind = FieldKind.TEXT
 
-    def schema(self, *, lengths: bool = True) -> dict[str, Any]:
-        # OpenAI's strict mode lists no length keywords among those it supports: there the bound
-        # travels in the description only, and the check below holds it either way.
-        if not lengths:
-            said = f"{self.description} (at most {self.max_length} characters)"
-            return {"type": "string", "description": said}
+    def schema(self, *, strict: bool = False) -> dict[str, Any]:
+        if strict:
+            return {"type": "string", "description": f"{self.description} {self.bounds_said()}"}
         schema: dict[str, Any] = {"type": "string", "description": self.description}
         schema["maxLength"] = self.max_length
         if self.min_length:
             schema["minLength"] = self.min_length
         return schema
+
+    def bounds_said(self) -> str:
+        """The bounds in words, as strict mode carries them (the simulator reads them back)."""
+        least = f"at least {self.min_length} and " if self.min_length else ""
+        return f"({least}at most {self.max_length} characters)"
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, str):
@@ -75,7 +80,7 @@ class IntegerField:
     maximum: int
     kind: FieldKind = FieldKind.INTEGER
 
-    def schema(self, *, lengths: bool = True) -> dict[str, Any]:
+    def schema(self, *, strict: bool = False) -> dict[str, Any]:
         return {
             "type": "integer",
             "minimum": self.minimum,
@@ -97,7 +102,7 @@ class BooleanField:
     description: str
     kind: FieldKind = FieldKind.BOOLEAN
 
-    def schema(self, *, lengths: bool = True) -> dict[str, Any]:
+    def schema(self, *, strict: bool = False) -> dict[str, Any]:
         return {"type": "boolean", "description": self.description}
 
     def problem(self, value: Any) -> str | None:
@@ -118,15 +123,20 @@ class EnumListField:
     def most(self) -> int:
         return len(self.values) if self.max_items is None else self.max_items
 
-    def schema(self, *, lengths: bool = True) -> dict[str, Any]:
+    def schema(self, *, strict: bool = False) -> dict[str, Any]:
+        description = self.description
+        if strict and self.unique:
+            description = f"{description} (each value at most once)"
         schema: dict[str, Any] = {
             "type": "array",
             "items": {"type": "string", "enum": list(self.values)},
-            "description": self.description,
+            "description": description,
         }
         if self.min_items:
             schema["minItems"] = self.min_items
         schema["maxItems"] = self.most
+        if not strict:
+            schema["uniqueItems"] = self.unique
         return schema
 
     def problem(self, value: Any) -> str | None:

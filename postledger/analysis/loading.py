@@ -36,8 +36,8 @@ def load_analysis(reference: str | None, *, instructions: str | None = None) -> 
     raises AnalysisError saying what is wrong and what to do."""
     reference = (reference or "").strip() or DEFAULT
     stamp = _stamp(reference)
-    analysis = _loaded(reference, stamp).with_instructions((instructions or "").strip())
-    if not analysis.instructions:
+    analysis = _loaded(reference, stamp).with_instructions(instructions)
+    if not analysis.instructions.strip():
         where = "the instructions"
         fix = (
             "write them as the schema's \"description\" (in pydantic: the model's docstring), "
@@ -52,7 +52,7 @@ def fields_version(analysis: Analysis) -> str:
     ledger holds ("1"), so that their completed work stays completed; others, a digest."""
     from postledger.analysis.default import DEFAULT_FIELDS_VERSION
 
-    if analysis.fields == load_analysis(None).fields:
+    if set(analysis.fields) == set(load_analysis(None).fields):  # in any order
         return DEFAULT_FIELDS_VERSION
     return analysis.fields_digest()
 
@@ -104,7 +104,7 @@ def _from_file(path: Path) -> Analysis:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise AnalysisError(source, [Problem("the file", "there is no such file", FORMS)]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # a folder, no access, not UTF-8, a NUL in the name
         fix = "save it as UTF-8 text the project can read"
         raise AnalysisError(
             source, [Problem("the file", f"it cannot be read ({exc})", fix)]
@@ -115,6 +115,11 @@ def _from_file(path: Path) -> Analysis:
 def _json(text: str, source: str) -> Any:
     try:
         return json.loads(text)
+    except RecursionError:
+        what = "it is nested too deeply to read"
+        raise AnalysisError(
+            source, [Problem("the text", what, "write one flat JSON Schema")]
+        ) from None
     except ValueError as exc:
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "the text"
         what = f"it is not JSON ({exc.msg if isinstance(exc, json.JSONDecodeError) else exc})"
@@ -170,6 +175,6 @@ def _module(module: str) -> Any:
         what = f"it cannot be imported ({exc})"
         fix = "run from the project folder, or give the file's path (file.py:Model)"
         raise AnalysisError(module, [Problem("the model", what, fix)]) from None
-    except Exception as exc:  # noqa: BLE001 - the user's module failed as it loaded
+    except (Exception, SystemExit) as exc:  # the user's module failed (or exited) as it loaded
         what = f"importing it raised {type(exc).__name__}: {exc}"
         raise AnalysisError(module, [Problem("the model", what, "fix the module")]) from None

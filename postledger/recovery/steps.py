@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from postledger.analysis import AnalysisError, load_analysis
 from postledger.defaults import Price
 from postledger.guards.spend import estimate, money, tokens_of
 from postledger.record import rows
@@ -163,9 +164,20 @@ def recovery_plan(reader: Reader, month: str, settings: Settings) -> RecoveryPla
         rows.interrupted(reader, month),
         idempotent=facts_of(settings).honours_keys,
         price=settings.price(),
-        prompt=settings.analysis_in_use().request_text,
+        prompt=_asked(settings),
         as_of=as_of,
     )
+
+
+def _asked(settings: Settings) -> str:
+    """What each resubmission carries besides its posts, for the estimate of what it may
+    cost. An analysis that cannot be read is the run's to refuse, before anything is sent: it
+    must not keep a person from answering a paused run, so the estimate then counts the
+    built-in analysis's."""
+    try:
+        return settings.analysis_in_use().request_text
+    except AnalysisError:
+        return load_analysis(None).request_text
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,11 @@ ENVELOPE = (
 SCHEMA_LINE = "Each item must match this JSON Schema: "
 
 
-def results_schema(analysis: Analysis, *, lengths: bool = True) -> dict[str, Any]:
+def results_schema(analysis: Analysis, *, strict: bool = False) -> dict[str, Any]:
     """The answer's JSON Schema: one object holding the list of every post's answer."""
     return {
         "type": "object",
-        "properties": {
-            "results": {"type": "array", "items": analysis.item_schema(lengths=lengths)}
-        },
+        "properties": {"results": {"type": "array", "items": analysis.item_schema(strict=strict)}},
         "required": ["results"],
         "additionalProperties": False,
     }
@@ -38,7 +36,7 @@ def response_format(analysis: Analysis, json_schema: bool) -> dict[str, Any]:
     takes no length keywords: there a text field's bound is said in its description."""
     if not json_schema:
         return {"type": "json_object"}
-    schema = results_schema(analysis, lengths=False)
+    schema = results_schema(analysis, strict=True)
     return {
         "type": "json_schema",
         "json_schema": {"name": "post_analyses", "strict": True, "schema": schema},

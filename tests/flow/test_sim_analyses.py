@@ -84,8 +84,8 @@ def reset(url: str, faults: str | None = None) -> None:
     HTTP.post(f"{url}/_sim/reset", json=options).raise_for_status()
 
 
-def results_schema(analysis: Analysis, *, lengths: bool = True) -> dict[str, Any]:
-    items = analysis.item_schema(lengths=lengths)
+def results_schema(analysis: Analysis, *, strict: bool = False) -> dict[str, Any]:
+    items = analysis.item_schema(strict=strict)
     return {
         "type": "object",
         "properties": {"results": {"type": "array", "items": items}},
@@ -102,7 +102,7 @@ def _user(posts: list[tuple[str, str]]) -> dict[str, str]:
 def chat_body(analysis: Analysis, posts: list[tuple[str, str]], strict: bool) -> dict[str, Any]:
     system = analysis.instructions
     if strict:
-        schema = results_schema(analysis, lengths=False)
+        schema = results_schema(analysis, strict=True)
         spec = {"name": "post_analyses", "strict": True, "schema": schema}
         response_format: dict[str, Any] = {"type": "json_schema", "json_schema": spec}
     else:

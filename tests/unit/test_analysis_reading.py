@@ -117,11 +117,12 @@ def test_instructions_given_apart_replace_the_analysiss_own() -> None:
 
 def test_the_answers_schema_is_strict_and_holds_text_bounds_in_words_for_openai() -> None:
     analysis = load_analysis(str(TRIAGE_JSON))
-    item = analysis.item_schema(lengths=False)
+    item = analysis.item_schema(strict=True)
     assert item["required"] == ["id", *analysis.field_names]
     assert item["additionalProperties"] is False
     summary = item["properties"]["summary"]
-    assert "maxLength" not in summary and "(at most 200 characters)" in summary["description"]
+    assert "maxLength" not in summary and "minLength" not in summary
+    assert summary["description"].endswith("(at least 1 and at most 200 characters)")
     assert analysis.item_schema()["properties"]["summary"]["maxLength"] == 200
 
 
@@ -134,9 +135,9 @@ def test_the_answers_schema_is_strict_and_holds_text_bounds_in_words_for_openai(
         ({"type": "number", "description": "d"}, "a number with a fraction is not supported"),
         ({"type": "object", "description": "d"}, "a nested object is not supported"),
         ({"type": ["string", "null"], "description": "d"}, "may be null"),
-        ({"type": "string", "description": "d"}, "a string with no maxLength"),
-        ({"type": "integer", "minimum": 1, "description": "d"}, "an integer with no range"),
-        ({"type": "integer", "minimum": 5, "maximum": 1, "description": "d"}, "is empty"),
+        ({"type": "string", "description": "d"}, "a string with no usable maxLength"),
+        ({"type": "integer", "minimum": 1, "description": "d"}, "an integer with no whole range"),
+        ({"type": "integer", "minimum": 5, "maximum": 1, "description": "d"}, "is not usable"),
         ({"type": "string", "enum": [], "description": "d"}, "an enum with no values"),
         ({"type": "string", "enum": ["a", "a"], "description": "d"}, "listed twice"),
         ({"enum": [1, 2], "description": "d"}, "an enum value is not text"),
@@ -262,3 +263,148 @@ def test_a_runs_fixed_analysis_is_the_analysis_it_names() -> None:
     assert fixed.prompt is None and fixed.analysis and fixed.analysis.startswith("{")
     assert fixed.analysis_in_use() == named.analysis_in_use()
     assert fixed.analysis_in_use().instructions == "Be brief."
+
+
+# --- what a review found: each is refused, or kept, as the docs say --------------------------
+
+
+def test_a_list_that_may_repeat_its_values_stays_so_through_a_run() -> None:
+    from postledger.settings import Settings
+
+    repeats = {"type": "array", "items": {"type": "string", "enum": ["bug", "idea"]}}
+    document = schema(tags={**repeats, "uniqueItems": False, "maxItems": 3, "description": "d"})
+    named = Settings(analysis=json.dumps(document))
+    for settings in (named, named.fixed_analysis()):
+        assert settings.analysis_in_use().check({"tags": ["bug", "bug"]}) == {
+            "tags": ["bug", "bug"]
+        }
+    unique = read_schema(schema(tags={**repeats, "description": "d"}), "x", name="x")
+    (field,) = unique.fields
+    assert field.schema(strict=True)["description"] == "d (each value at most once)"
+    assert field.schema()["uniqueItems"] is True
+
+
+def test_instructions_given_apart_are_kept_exactly_as_given_for_the_fingerprint() -> None:
+    import hashlib
+
+    from postledger.batches.posts import input_parts
+
+    given = "Classify each post.\n"
+    parts = input_parts("a post", "m", load_analysis(None, instructions=given))
+    assert parts["prompt"] == hashlib.sha256(given.encode()).hexdigest()[:16]  # as before
+
+
+def test_the_built_in_fields_in_another_order_keep_their_version() -> None:
+    document = load_analysis(None).json_schema()
+    document["properties"] = dict(reversed(list(document["properties"].items())))
+    turned = load_analysis(json.dumps(document))
+    assert turned.field_names == ("summary", "sentiment", "category")
+    assert fields_version(turned) == "1"
+
+
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        (
+            {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 3, "description": "d"},
+            "its minItems and maxItems are not a range",
+        ),
+        (
+            {"type": "array", "items": {"enum": ["a"]}, "minItems": -1, "description": "d"},
+            "its minItems and maxItems are not a range",
+        ),
+        (
+            {"type": "array", "items": {"enum": ["a"]}, "uniqueItems": "no", "description": "d"},
+            '"uniqueItems" is not true or false',
+        ),
+        (
+            {"type": "array", "items": {"enum": ["a"], "pattern": "x"}, "description": "d"},
+            "a list whose items are not enum values",
+        ),
+        (
+            {"type": "array", "items": {"enum": ["a"]}, "uniqueItems": False, "description": "d"},
+            "a list with no maxItems",
+        ),
+        (
+            {"type": "string", "maxLength": 5, "minLength": -1, "description": "d"},
+            "its minLength is not within its bounds",
+        ),
+        ({"type": "string", "maxLength": 10**30, "description": "d"}, "no usable maxLength"),
+        (
+            {"type": "integer", "minimum": 0, "maximum": 10**400, "description": "d"},
+            "is not usable",
+        ),
+        (
+            {
+                "type": "integer",
+                "minimum": 0,
+                "exclusiveMinimum": True,
+                "maximum": 3,
+                "description": "d",
+            },
+            "an integer with no whole range",
+        ),
+        ({"type": "boolean", "enum": [True], "description": "d"}, "the keyword 'enum'"),
+        ({"type": "string", "enum": ["a"], "maxLength": 3, "description": "d"}, "'maxLength'"),
+        (
+            {"type": "integer", "minimum": 1, "maximum": 3, "maxLength": 3, "description": "d"},
+            "'maxLength'",
+        ),
+    ],
+)
+def test_bounds_no_answer_could_meet_or_that_would_go_unchecked_are_refused(
+    field: dict[str, Any], said: str
+) -> None:
+    assert said in problems(schema(answer=field))
+
+
+def test_both_bounds_of_an_integer_hold_the_tighter_one_winning() -> None:
+    field = {
+        "type": "integer",
+        "minimum": 0,
+        "exclusiveMinimum": 5,
+        "maximum": 9,
+        "description": "d",
+    }
+    (read,) = read_schema(schema(n=field), "x", name="x").fields
+    assert isinstance(read, IntegerField) and (read.minimum, read.maximum) == (6, 9)
+
+
+def test_a_one_value_literal_is_an_enum_of_one() -> None:
+    class One(BaseModel):
+        """Say it."""
+
+        kind: Literal["post"] = Field(description="Always a post.")
+
+    (read,) = read_schema(One.model_json_schema(), "One", name="One").fields
+    assert read == EnumField("kind", "Always a post.", ("post",))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"required": 5}, '"required" is not a list of names'),
+        ({"required": "abc"}, '"required" is not a list of names'),
+        ({"$defs": [1]}, '"$defs" is not an object'),
+        ({"description": ["x"]}, "its description (the instructions) is not text"),
+    ],
+)
+def test_a_schema_of_the_wrong_shape_is_refused_not_crashed_on(
+    change: dict[str, Any], said: str
+) -> None:
+    document = {**schema(b={"type": "boolean", "description": "d"}), **change}
+    assert said in problems(document)
+
+
+def test_a_module_that_exits_as_it_loads_or_a_path_that_cannot_be_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys\nsys.exit(3)\n", encoding="utf-8")
+    with pytest.raises(AnalysisError, match="importing it raised SystemExit"):
+        load_analysis(f"{exits}:Model")
+    with pytest.raises(AnalysisError, match="it cannot be read"):
+        load_analysis("bad\x00name.json")
+    with pytest.raises(AnalysisError, match="it cannot be read"):
+        (tmp_path / "folder.json").mkdir()
+        load_analysis(str(tmp_path / "folder.json"))
