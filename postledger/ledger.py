@@ -209,13 +209,15 @@ class Ledger(LedgerReads):
                     return breaker
             # A new attempt, unless sent again under its key to an upstream that honours it (R35).
             first = batch.charge is Charge.NONE or not idempotent
+            # Read once: the estimate's texts, and the posts the send starts.
+            queued = sending.queued_posts(session, batch)
             estimated = None
             if first and price is not None:
-                estimated = estimate(price, prompt, sending.texts_to_send(session, batch))
+                estimated = estimate(price, prompt, sending.texts_to_send(batch, queued))
             budget = budget_holds(session, month, estimated, max_cost) if first else None
             if budget is not None:
                 return budget
-            posts = sending.start(session, moves, batch, upstream=upstream, holder=holder)
+            posts = sending.start(moves, batch, queued, upstream=upstream, holder=holder)
             if first and max_attempts is not None:
                 sending.check_caps(batch, posts, max_attempts)
             book_send(session, batch, first=first, estimated=estimated)

@@ -21,18 +21,23 @@ from postledger.record.reads import LedgerError, posts_in
 from postledger.record.states import Transitions
 
 
+def queued_posts(session: Session, batch: BatchRecord) -> list[PostRecord]:
+    """The posts a send of the batch starts: those still queued in it."""
+    return posts_in(session, batch, PostStatus.QUEUED)
+
+
 def start(
-    session: Session,
     moves: Transitions,
     batch: BatchRecord,
+    posts: list[PostRecord],
     *,
     upstream: str | None,
     holder: str | None,
 ) -> list[PostRecord]:
-    """The batch `running` and its request kept (R35); returns its posts, still `queued`."""
+    """The batch `running` and its request kept (R35); returns its `posts` (those
+    `queued_posts` gave), still `queued`."""
     moves.batch(batch, BatchStatus.RUNNING, "about to call the upstream")
     batch.upstream, batch.sent_by = upstream, holder
-    posts = posts_in(session, batch, PostStatus.QUEUED)
     if not posts:
         raise LedgerError(f"batch {batch.batch_id} has no post left to send")
     if batch.request is None:
@@ -47,11 +52,12 @@ def start(
     return posts
 
 
-def texts_to_send(session: Session, batch: BatchRecord) -> list[str]:
-    """The texts `start` will send: the kept request of an earlier send, or the queued posts."""
+def texts_to_send(batch: BatchRecord, posts: list[PostRecord]) -> list[str]:
+    """The texts `start` will send: the kept request of an earlier send, or the queued
+    `posts`."""
     if batch.request is not None:
         return [text for _, text in batch.request]
-    return [post.text for post in posts_in(session, batch, PostStatus.QUEUED)]
+    return [post.text for post in posts]
 
 
 def check_caps(batch: BatchRecord, posts: list[PostRecord], max_attempts: int) -> None:
