@@ -3,13 +3,17 @@ once it ended, its results file, one JSON line per request.
 
 Its results are written once, the first time it is seen ended: a request a cancel stopped
 before its end is `canceled` there, and its charge is taken back then.
+
+Its times are RFC 3339 UTC with microseconds (`2024-08-20T18:37:24.100435Z`), as Anthropic
+writes them, and the same at every read: `ended_at` is when its last request ended (or the
+cancel came), `cancel_initiated_at` when the cancel came, both on the clock of `created_at`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import Request
@@ -35,13 +39,13 @@ def batch_body(state: AnthropicBatchState, batch: MessageBatch, root: str) -> di
         "request_counts": counts,
         "created_at": _iso(batch.created_at),
         "expires_at": _iso(batch.created_at + timedelta(hours=24)),
-        "ended_at": _iso(datetime.now(UTC)) if ended else None,
+        "ended_at": _iso(batch.wall(_end(batch))) if ended else None,
         "cancel_initiated_at": None,
         "archived_at": None,
         "results_url": None,
     }
     if batch.cancel_at is not None:
-        body["cancel_initiated_at"] = _iso(datetime.now(UTC))
+        body["cancel_initiated_at"] = _iso(batch.wall(batch.cancel_at))
     if ended:
         body["results_url"] = f"{root}/v1/messages/batches/{batch.id}/results"
     return body
@@ -80,5 +84,12 @@ def _result(request: BatchRequest, cancel_at: float | None) -> dict[str, Any]:
     return {"custom_id": request.custom_id, "result": result}
 
 
+def _end(batch: MessageBatch) -> float:
+    """When an ended batch ended (monotonic): its cancel, or its last request's end."""
+    if batch.cancel_at is not None:
+        return batch.cancel_at
+    return max(request.task.done_at for request in batch.requests)
+
+
 def _iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
+    return at.isoformat(timespec="microseconds").replace("+00:00", "Z")

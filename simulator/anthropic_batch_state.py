@@ -3,15 +3,15 @@ the upstream and faults they charge and fault through, and how they check a key 
 batch.
 
 One `AnthropicBatchState` is made per app (`simulator.anthropic_batches`) and handed to its
-routes and to `simulator.anthropic_batch_output`, so that a poll, a results download and a
-cancel all see the batch a create made.
+routes and to `simulator.anthropic_batch_output`, so that a poll, a results download, a
+cancel and the listing all see the batch a create made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import Request, Response
@@ -33,12 +33,17 @@ class BatchRequest:
 class MessageBatch:
     id: str
     requests: list[BatchRequest]
-    created_at: datetime
+    created_at: datetime  # UTC, microseconds: strictly later than the batch made before it
+    started: float  # monotonic, at `created_at`: what its later instants are counted from
     cancel_at: float | None = None  # monotonic, when a cancel was asked
     results: list[dict[str, Any]] = field(default_factory=list)
 
     def ended(self, now: float) -> bool:
         return self.cancel_at is not None or all(now >= r.task.done_at for r in self.requests)
+
+    def wall(self, monotonic: float) -> datetime:
+        """The UTC time of a monotonic instant of its life (its end, its cancel)."""
+        return self.created_at + timedelta(seconds=monotonic - self.started)
 
 
 @dataclass
@@ -48,7 +53,18 @@ class AnthropicBatchState:
     upstream: Upstream
     faults: Faults
     key_matches: Callable[[str], bool]
+    # In the order they were made (the listing's ties, were there any, go by it).
     batches: dict[str, MessageBatch] = field(default_factory=dict)
+    last_created: datetime | None = None
+
+    def created_now(self) -> datetime:
+        """A new batch's `created_at`: now, or a microsecond after the last one's, so that two
+        batches made within the clock's resolution are still ordered as they were made."""
+        now = datetime.now(UTC)
+        if self.last_created is not None and now <= self.last_created:
+            now = self.last_created + timedelta(microseconds=1)
+        self.last_created = now
+        return now
 
     def forget_all(self) -> None:
         """Forget every batch (`POST /_sim/reset`)."""

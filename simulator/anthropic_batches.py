@@ -2,6 +2,8 @@
 log as its other faces.
 
 POST /v1/messages/batches                 {"requests": [{"custom_id", "params"}]}: a batch
+GET  /v1/messages/batches                 every batch, newest first, a page at a time
+                                          (`simulator.anthropic_batch_list`)
 GET  /v1/messages/batches/{id}            its processing_status, request_counts, results_url
 GET  /v1/messages/batches/{id}/results    JSONL, one line per request, once it ended
 POST /v1/messages/batches/{id}/cancel     ends it: requests not yet run are `canceled`
@@ -14,8 +16,9 @@ as Anthropic bills only the ones that did: a `task:task_failed` fault makes a re
 `errored`, `task:expired` makes it `expired`, `task:cancelled` `canceled`; a request a
 cancel stops before its end is `canceled` and its charge is taken back. Create faults are
 the Messages API's; a `poll:forget` loses the batch (404 `not_found_error`). Its `poll` is
-GET /v1/messages/batches/{id}, its `results` GET /v1/messages/batches/{id}/results (their read
-faults, `poll:foreign_results_url` among them: `simulator.read_faults`).
+GET /v1/messages/batches/{id}, its `results` GET /v1/messages/batches/{id}/results, its
+`list` GET /v1/messages/batches (their read faults, `poll:foreign_results_url` among them:
+`simulator.read_faults`).
 
 The batches its routes share are one `simulator.anthropic_batch_state.AnthropicBatchState`;
 what a batch shows, its body and its results file, is `simulator.anthropic_batch_output`'s.
@@ -28,7 +31,6 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -43,6 +45,7 @@ from simulator.anthropic_api import (
     status_answer,
     system_text,
 )
+from simulator.anthropic_batch_list import add_list_route
 from simulator.anthropic_batch_output import batch_body, results_jsonl, root_of
 from simulator.anthropic_batch_state import AnthropicBatchState, BatchRequest, MessageBatch
 from simulator.faults import Faults, Route
@@ -134,12 +137,14 @@ def _new_batch(
     state: AnthropicBatchState, requests: list[dict[str, Any]], *, faulted: bool = True
 ) -> MessageBatch:
     batch_id = f"msgbatch_{uuid.uuid4().hex[:24]}"
+    created_at, started = state.created_now(), time.monotonic()
     batch = MessageBatch(
         id=batch_id,
         requests=[
             _run(state, batch_id, item["custom_id"], item["params"], faulted) for item in requests
         ],
-        created_at=datetime.now(UTC),
+        created_at=created_at,
+        started=started,
     )
     state.batches[batch.id] = batch
     return batch
@@ -170,6 +175,7 @@ def add_anthropic_batch_routes(
     """Add the routes; returns what forgets every batch (for `POST /_sim/reset`)."""
     state = AnthropicBatchState(upstream, faults, key_matches)
     _add_create_route(app, state)
+    add_list_route(app, state)
     _add_batch_routes(app, state)
     return state.forget_all
 

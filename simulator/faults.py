@@ -4,8 +4,9 @@ A rule says where (`on`), what (`fault`), and when: with probability `p`, or on 
 requests of that kind (1-based, a script such as "the 3rd create fails"). Rules are tried in
 order and the first that fires wins, one fault per request. `per_id=true` (reads only:
 `poll`, `results`, `list`) makes `nth` count the route's requests for the same upstream id
-(task, batch or file id; `list`: its `after` cursor): `poll:html#1;per_id=true` is "the first
-poll of each upstream id gets an HTML page".
+(task, batch or file id; `list`: its cursor, OpenAI's `after`, Anthropic's `after_id` else
+`before_id`): `poll:html#1;per_id=true` is "the first poll of each upstream id gets an HTML
+page".
 
     create  reset | timeout | http_500 | http_502 | http_503 | http_504       (nothing is made)
             reset_after_create | timeout_after_create | http_500_after_create  (made, charged)
@@ -50,9 +51,10 @@ GET /v1/batches; a chat completion's `task` fault is a 500 answer (nothing charg
 `x-ratelimit-reset-requests: Ns`. POST /v1/messages (Anthropic) meets them too, in
 Anthropic's words (`simulator.anthropic_api`: `http_503` is a 529 `overloaded_error`); its
 Message Batches' `poll` is GET /v1/messages/batches/{id}, `results` GET
-/v1/messages/batches/{id}/results. The task API's `poll` is GET /v1/tasks/{id}. How a read
-answer is spoiled: `simulator.read_faults`. A read fault spoils one answer, never the task:
-the next read without a fault gives the true answer.
+/v1/messages/batches/{id}/results, `list` GET /v1/messages/batches (`http_503` a 529 there
+too). The task API's `poll` is GET /v1/tasks/{id}. How a read answer is spoiled:
+`simulator.read_faults`. A read fault spoils one answer, never the task: the next read
+without a fault gives the true answer.
 
 The gateway faults play a gateway (the LiteLLM proxy) in front of the simulator that sent the
 create `retries` extra times (option `retries`, 1 to 10, default 2) before the attempt whose
@@ -60,17 +62,17 @@ answer it passes on with `x-litellm-attempted-retries: <retries>` (`simulator.ga
 extra attempt makes and charges the work as that create does: a task (a repeat under a known
 Idempotency-Key is not charged again while keys are honoured), a completion or a message whose
 answer is dropped, an OpenAI batch of the same input file and metadata (listed by GET
-/v1/batches), a Message Batch. The extra attempts meet no `task` or `output` fault and draw
-nothing for them: their answers are never read, and every rule's counts and random sequence
-stay those of the requests' own attempts (a task made under an honoured Idempotency-Key is
-the request's own, whichever attempt made it: it meets its faults once). A create meets one
-fault: the request's own attempt meets none (`gateway_retries`) or is a 500 in the
-protocol's words (`gateway_retries_then_500`).
+/v1/batches), a Message Batch (listed by GET /v1/messages/batches). The extra attempts meet
+no `task` or `output` fault and draw nothing for them: their answers are never read, and
+every rule's counts and random sequence stay those of the requests' own attempts (a task
+made under an honoured Idempotency-Key is the request's own, whichever attempt made it: it
+meets its faults once). A create meets one fault: the request's own attempt meets none
+(`gateway_retries`) or is a 500 in the protocol's words (`gateway_retries_then_500`).
 
 `GET /_sim/faults` lists what fired (`fired`): each entry's route (`on`), `fault`, `n` (the
 route's count of requests), and what it hit where known: `id`, the upstream id read (poll,
-results; list: its `after` cursor) or, for `task` and `output`, the task id of the charge
-log (`GET /_sim/charges`); `batch_id` for a file or a request of a batch; `custom_id` for one
+results; list: its cursor) or, for `task` and `output`, the task id of the charge log
+(`GET /_sim/charges`); `batch_id` for a file or a request of a batch; `custom_id` for one
 request (line) of a batch, or the results line `missing_lines` left out; `post_id` for one
 item of an output. A request of an Anthropic batch that a `task` fault kept from running has
 no charge, so no `id`. A gateway fault names the charges its extra attempts made beyond the
