@@ -1,16 +1,16 @@
 """`postledger`: run a month, look at it, prepare the machine, make sample data, simulate.
 
 One module per command group (`run.py`; `look.py`: status, report, plan, breaker; `answers.py`:
-retry, approve; `setup.py`; `sample.py`; `sim.py`); this one registers them, in the order
-`--help` lists them. Commands that need Prefect import it when they run, so `status` and `sim`
-start fast and the core stays importable without it.
+retry, approve; `setup.py`; `sample.py`; `analysis.py`; `sim.py`); this one registers them, in
+the order `--help` lists them. Commands that need Prefect import it when they run, so `status`
+and `sim` start fast and the core stays importable without it.
 """
 
 from __future__ import annotations
 
 import typer
 
-from cli import answers, look, run, sample, setup, sim
+from cli import analysis, answers, look, run, sample, setup, sim
 from cli.shared import err
 
 app = typer.Typer(
@@ -31,6 +31,7 @@ app.command("plan")(look.plan_command)
 app.command()(look.breaker)
 app.command()(setup.setup)
 app.command()(sample.sample)
+app.command()(analysis.analysis)
 app.add_typer(sim.sim_app, name="sim")
 
 

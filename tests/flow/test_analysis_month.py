@@ -206,3 +206,21 @@ def test_a_broken_analysis_setting_does_not_keep_a_person_from_the_plan(tmp_path
     )  # fmt: skip
     assert answered.returncode == 0, answered.stdout + answered.stderr
     assert json.loads(answered.stdout)["month"] == MONTH
+
+
+def test_postledger_analysis_shows_the_fields_or_every_problem(tmp_path: Path) -> None:
+    shown = postledger("analysis", str(TRIAGE), "--json", cwd=REPO, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == load_analysis(str(TRIAGE)).item_schema()
+    table = postledger("analysis", "examples.support_triage:SupportTriage", cwd=REPO, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert "support_triage" in table.stdout and "needs_reply" in table.stdout
+
+    bad = tmp_path / "bad.json"
+    document = json.loads(TRIAGE.read_text(encoding="utf-8"))
+    document["properties"]["urgency"] = {"type": "string", "description": "How urgent."}
+    bad.write_text(json.dumps(document), encoding="utf-8")
+    refused = postledger("analysis", str(bad), cwd=tmp_path, timeout=60)
+    assert refused.returncode == 2
+    said = " ".join(refused.stderr.split())
+    assert f"{bad}: field 'urgency': a string with no usable maxLength" in said

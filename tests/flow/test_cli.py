@@ -38,7 +38,7 @@ def postledger(
 def test_help_explains_every_command(tmp_path: Path) -> None:
     result = postledger("--help", cwd=tmp_path)
     assert result.returncode == 0
-    for command in ("run", "status", "approve", "breaker", "setup", "sample", "sim"):
+    for command in ("run", "status", "approve", "breaker", "setup", "sample", "analysis", "sim"):
         assert command in result.stdout
     run = postledger("run", "--help", cwd=tmp_path)
     assert run.returncode == 0
