@@ -40,7 +40,8 @@ def analysis(
     try:
         asked = load_analysis(reference or settings.analysis, instructions=settings.prompt)
     except AnalysisError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        # Each problem on its own line, whatever the terminal's width: a path is never broken.
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     if as_json:
         sys.stdout.write(json.dumps(asked.item_schema(), indent=2, ensure_ascii=False) + "\n")

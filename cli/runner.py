@@ -42,7 +42,7 @@ def run_month(
         total = len(load_posts(path))  # fail fast, before Prefect starts, with the same message
         settings.analysis_in_use()  # and so does a bad analysis
     except (InputError, AnalysisError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
 
     from flows.local_server import LocalServer, LocalServerBusy, starting_local_prefect_server
