@@ -46,7 +46,7 @@ def test_a_sync_of_an_unchanged_month_keeps_writing_nothing(any_ledger_url: str)
     ledger.close()
 
 
-def test_a_changed_analysis_starts_the_posts_over_and_says_why(any_ledger_url: str) -> None:
+def test_a_changed_analysis_starts_the_posts_over(any_ledger_url: str) -> None:
     ledger = open_ledger(any_ledger_url)
     ledger.sync_posts("2026-10", POSTS, model="m", analysis=load_analysis(None))
     report = ledger.sync_posts(
