@@ -103,16 +103,16 @@ def test_the_official_clients_get_answers_in_the_analysiss_shape() -> None:
     analysis = triage()
     with simulator_process(latency=0.05) as url:
         sent = messages_body("sim-analyst-1", analysis, POSTS, max_tokens=2048)
-        answer = anthropic.Anthropic(base_url=url, api_key="sk-ant", max_retries=0).messages.create(
-            **sent
-        )
+        answer = anthropic.Anthropic(
+            base_url=url, api_key="fake-key-any", max_retries=0
+        ).messages.create(**sent)
         (block,) = answer.content
         assert block.type == "tool_use"
         by_anthropic = block.input["results"]
 
         asked = chat_body("sim-analyst-1", analysis, POSTS, json_schema=True)
         completion = openai.OpenAI(
-            base_url=f"{url}/v1", api_key="sk-any", max_retries=0
+            base_url=f"{url}/v1", api_key="fake-key-any", max_retries=0
         ).chat.completions.create(**asked)
         content = completion.choices[0].message.content
         assert content is not None

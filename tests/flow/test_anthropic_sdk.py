@@ -19,7 +19,7 @@ from tests.support.ledgers import asked
 from tests.support.simulators import Sim, simulator_process
 
 POSTS = [("a", "I love it, thanks!"), ("b", "Why is it broken?")]
-SECRET = "sk-ant-sim-0123456789"
+SECRET = "fake-key-for-the-anthropic-simulator"
 
 
 def client(url: str, key: str = SECRET) -> anthropic.Anthropic:
@@ -71,7 +71,7 @@ def test_faults_reach_the_official_client_as_anthropics_errors(
 def test_a_wrong_key_and_malformed_requests_are_refused_as_anthropic_refuses_them() -> None:
     with simulator_process(latency=0.05, api_key=SECRET) as url:
         with pytest.raises(anthropic.AuthenticationError):
-            client(url, "sk-ant-wrong").messages.create(**our_request())
+            client(url, "fake-key-wrong").messages.create(**our_request())
         system_role: MessageCreateParamsNonStreaming = {
             **our_request(),
             "messages": [{"role": "system", "content": "x"}],

@@ -36,7 +36,7 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     PostledgerUpstream(
         kind=UpstreamKind.OPENAI_CHAT,
         base_url="http://upstream.example:9000/",
-        api_key=SecretStr("sk-block-secret"),
+        api_key=SecretStr("fake-key-block-secret"),
         model="block-model",
         honours_idempotency_keys=False,
         prices={"block-model": Price(input=1, output=2)},
@@ -48,7 +48,7 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     settings = settings_from_blocks("t-upstream", "t-ledger")
     assert settings.upstream_url == "http://upstream.example:9000"
     assert settings.api_key is not None
-    assert settings.api_key.get_secret_value() == "sk-block-secret"
+    assert settings.api_key.get_secret_value() == "fake-key-block-secret"
     assert (settings.model, settings.upstream_idempotent) == ("block-model", False)
     assert settings.upstream_kind is UpstreamKind.OPENAI_CHAT
     assert settings.price() == Price(input=1, output=2)
@@ -58,7 +58,7 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     assert settings.breaker_name() == "upstream.example:9000"
     # The secrets are masked wherever the block is shown.
     shown = repr(PostledgerUpstream.load("t-upstream")) + repr(PostledgerLedger.load("t-ledger"))
-    assert "sk-block-secret" not in shown and "pw-secret" not in shown
+    assert "fake-key-block-secret" not in shown and "pw-secret" not in shown
 
 
 def test_a_block_that_does_not_exist_is_named_with_what_to_do(prefect_harness: None) -> None:

@@ -39,7 +39,7 @@ pytestmark = [
     pytest.mark.processes,  # workers, `prefect deploy`, flows in the workers' processes
 ]
 
-API_KEY = "sk-e2e-upstream-3f9c1d2b7a"  # must never be seen outside the Authorization header
+API_KEY = "fake-key-for-the-deployment-test"  # must never be seen outside the Authorization header
 DB_PASSWORD = "pw-e2e-ledger-81e4c0"  # trust auth ignores it; it must never be seen either
 POOL = "postledger"
 

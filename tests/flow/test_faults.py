@@ -450,7 +450,7 @@ def test_attempts_are_capped(
 
 # --- secrets ---------------------------------------------------------------------------------
 
-SECRET = "sk-test-0123456789abcdefghijklmnop"
+SECRET = "fake-key-for-the-fault-tests"
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from simulator.model import analyse
 from tests.support.simulators import simulator_process
 
 POSTS = [{"id": "a", "text": "I love it, thanks!"}, {"id": "b", "text": "Why is it broken?"}]
-SECRET = "sk-sim-sdk-0123456789"
+SECRET = "fake-key-for-the-openai-simulator"
 
 
 def test_chat_completions_through_the_official_client() -> None:
@@ -34,7 +34,7 @@ def test_chat_completions_through_the_official_client() -> None:
         assert json.loads(content) == {"results": [analyse(p["id"], p["text"]) for p in POSTS]}
         assert answer.usage is not None and answer.usage.prompt_tokens > 0
 
-        wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong", max_retries=0)
+        wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="fake-key-wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError) as refused:
             wrong.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "hello"}]
@@ -44,7 +44,7 @@ def test_chat_completions_through_the_official_client() -> None:
 
 def test_batches_through_the_official_client() -> None:
     with simulator_process(latency=0.1) as url:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-any", max_retries=0)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="fake-key-any", max_retries=0)
         lines = "".join(
             json.dumps(
                 {

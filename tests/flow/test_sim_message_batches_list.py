@@ -20,7 +20,7 @@ from anthropic.types.messages.batch_create_params import Request
 
 from tests.support.simulators import Sim, simulator_process
 
-SECRET = "sk-ant-sim-0123456789"
+SECRET = "fake-key-for-the-anthropic-simulator"
 HEADERS = {"x-api-key": SECRET, "anthropic-version": "2023-06-01"}
 LATENCY = 0.05
 # RFC 3339 UTC, with microseconds, as Anthropic writes its times.
@@ -171,7 +171,7 @@ def test_invalid_parameters_are_refused_as_anthropic_refuses_them(
 def test_the_key_and_the_version_are_checked_as_on_the_other_batch_routes(sim: str) -> None:
     with pytest.raises(anthropic.BadRequestError, match="limit"):
         client(sim).messages.batches.list(limit=0)
-    wrong = anthropic.Anthropic(base_url=sim, api_key="sk-ant-wrong", max_retries=0)
+    wrong = anthropic.Anthropic(base_url=sim, api_key="fake-key-wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         wrong.messages.batches.list()
     unversioned = HTTP.get(f"{sim}/v1/messages/batches", headers={"x-api-key": SECRET})

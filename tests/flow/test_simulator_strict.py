@@ -28,7 +28,7 @@ def sim_url() -> Iterator[str]:
 
 @pytest.fixture
 def client(sim_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{sim_url}/v1", api_key="sk-any", max_retries=0)
+    return openai.OpenAI(base_url=f"{sim_url}/v1", api_key="fake-key-any", max_retries=0)
 
 
 def line(custom_id: str, **changes: Any) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from postledger.upstreams.openai_chat import OpenAIChatClient
 from postledger.upstreams.task_api import TaskApiClient
 from tests.support.ledgers import asked
 
-KEY = "sk-test-secret-0123456789"
+KEY = "fake-key-for-the-error-tests"
 REQUEST = CreateRequest(
     "2026-10-b0001", "sim-analyst-1", asked("Analyse."), [("p1", "hello")], "key-1"
 )
