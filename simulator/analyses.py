@@ -30,10 +30,9 @@ from postledger.analysis import (
     read_schema,
 )
 from postledger.analysis.default import Category, Sentiment
+from postledger.upstreams.openai_protocol import SCHEMA_LINE  # postledger's JSON-mode marker
 from simulator.answers import SUMMARY_CHARS
 
-# How postledger's JSON mode says the item schema: on one line of the system message.
-SCHEMA_LINE = "Each item must match this JSON Schema: "
 # OpenAI's strict mode takes no length keywords: postledger says a text bound in words there.
 _SAID_BOUND = re.compile(r"\((?:at least (\d+) and )?at most (\d+) characters\)\s*$")
 DEFAULT_ANALYSIS = load_analysis(DEFAULT)

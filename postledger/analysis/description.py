@@ -5,6 +5,7 @@ fingerprint, the ledger's result and the report.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, replace
@@ -67,7 +68,7 @@ class Analysis:
         """The analysis in a few words, for people: its name and its fields."""
         return f"{self.name} ({', '.join(self.field_names)})"
 
-    @property
+    @functools.cached_property
     def request_text(self) -> str:
         """What every request carries besides its posts (the instructions and the answer's
         schema): what an estimate of a request's size and cost counts."""

@@ -72,18 +72,13 @@ def _stamp(reference: str) -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=32)
 def _loaded(reference: str, stamp: tuple[int, int] | None) -> Analysis:
+    source = _source(reference)
     if reference == DEFAULT:
         from postledger.analysis.default import PostAnalysis
 
-        return read_schema(
-            PostAnalysis.model_json_schema(), "the built-in analysis", name="post_analysis"
-        )
+        return read_schema(PostAnalysis.model_json_schema(), source, name="post_analysis")
     if reference.startswith("{"):
-        return read_schema(
-            _json(reference, "the analysis given inline"),
-            "the analysis given inline",
-            name="analysis",
-        )
+        return read_schema(_json(reference, source), source, name="analysis")
     if reference.lower().endswith(".json"):
         return _from_file(Path(reference))
     module, colon, attribute = reference.rpartition(":")
