@@ -131,12 +131,16 @@ def test_breaker_question_answered_in_the_prefect_ui(
         stake = at_stake(ledger, env)
         # The transport faults the breaker counted were handled: the run's log, as the UIs
         # show it, says each in one WARNING line, with no ERROR and no traceback.
-        # (A run sends its log lines every few seconds: waited for, the create's own first.)
+        # (A run sends its log lines every few seconds, in batches: waited for until the
+        # lines of both handled faults are there, not only the first.)
         wait_for(
             "the run's log on the server",
-            lambda: any(
-                log["task_run_id"] and "POST /v1/tasks" in log["message"]
-                for log in run_logs(prefect_api, flow_run_id)
+            lambda: (
+                sum(
+                    bool(log["task_run_id"]) and "Handled:" in log["message"]
+                    for log in run_logs(prefect_api, flow_run_id)
+                )
+                >= 2
             ),
             60,
             logs,
