@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from postledger.analysis import Analysis, read_schema
-from simulator.analyses import SCHEMA_LINE
+from postledger.upstreams.openai_protocol import SCHEMA_LINE
 from simulator.model import write_output
 from tests.support.simulators import simulator_process
 
