@@ -22,14 +22,15 @@ attempt of that post:
   the answer never came; the fired entry's `made` names its charges): every post of each task
   it made, when the made work can be neither found nor reused, so that the only way on is to
   send it again, which a person must say yes to. That is an upstream that honours no
-  idempotency key and cannot list its jobs: Anthropic's Message Batches and Messages API,
-  OpenAI's chat completions, and the task API when it does not honour keys. The bench gives
-  that yes up front from its second run on (`resubmit=True`), so the resend, and its charge,
-  is forced there. A task API that honours keys (as `bench/faults.py` runs it) answers the
-  resend under the same key with the task already made and charges nothing, and OpenAI's Batch
-  API finds its job by its metadata: there a lost create answer forces nothing, and a second
-  charge is beyond. The post's previous charge's task is then one whose answer was never read:
-  its own `task` or `output` faults, if any, are not what forced the next charge.
+  idempotency key and cannot list its jobs: Anthropic's Messages API, OpenAI's chat
+  completions, and the task API when it does not honour keys. The bench gives that yes up
+  front from its second run on (`resubmit=True`), so the resend, and its charge, is forced
+  there. A task API that honours keys (as `bench/faults.py` runs it) answers the resend under
+  the same key with the task already made and charges nothing, OpenAI's Batch API finds its
+  job by its metadata, and Anthropic's Message Batches are found by the requests they carry:
+  there a lost create answer forces nothing, and a second charge is beyond. The post's
+  previous charge's task is then one whose answer was never read: its own `task` or `output`
+  faults, if any, are not what forced the next charge.
 A charge a gateway made on its own (`gateway_retries`: the fired entry's `extra_charges`) is
 forced, and it is not the "previous charge" of anything: its answer is never read.
 Everything else is beyond what the faults force.
@@ -43,6 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from postledger.upstreams.anthropic_batch_match import batch_of_line
+
 TASK_API = "task_api"
 ONE_ITEM = {
     "missing_id",
@@ -55,7 +58,8 @@ ONE_ITEM = {
 }
 # The kinds whose made work a lost create answer leaves unfindable: no idempotency key is
 # honoured, no job can be listed (the task API is one too when it does not honour keys).
-UNFINDABLE = {"openai_chat", "anthropic_messages", "anthropic_batch"}
+# Anthropic's Message Batches are found by the requests they carry (`anthropic_batch_match`).
+UNFINDABLE = {"openai_chat", "anthropic_messages"}
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,7 @@ def _forcing(
             continue  # a fault of no charged task: nothing it could force is in the log
         posts = posts_of_task[task_id]
         fault = str(entry["fault"])
-        custom_id = entry.get("custom_id")
+        custom_id = _line_of(entry)
         if entry["on"] == "task":
             hit = posts if kind == TASK_API else []
         elif fault in ONE_ITEM and "post_id" in entry:
@@ -213,6 +217,13 @@ def _lost_creates(
             for post_id in posts_of_task.get(task_id, []):  # a charge taken back: none
                 lost.setdefault(task_id, {})[post_id] = f"create:{fault}"
     return lost
+
+
+def _line_of(entry: Mapping[str, Any]) -> str | None:
+    """The ledger batch of the request line a fired entry names by its `custom_id` (on
+    Anthropic the batch id with its submission's token), if it names one."""
+    custom_id = entry.get("custom_id")
+    return None if custom_id is None else batch_of_line(str(custom_id))
 
 
 def _output_of(outputs: Mapping[str, str], custom_id: Any) -> str | None:
@@ -274,7 +285,7 @@ def unbilled_sends(
         if entry["on"] != "task":
             continue
         if "custom_id" in entry:  # one request of an Anthropic Message Batch
-            unbilled.update(lines.get(str(entry["custom_id"]), []))
+            unbilled.update(lines.get(str(_line_of(entry)), []))
             continue
         job_lines = jobs.get(str(entry.get("batch_id")), [])
         job_posts = [post for line in job_lines for post in lines.get(line, [])]

@@ -14,6 +14,7 @@ from postledger.trip import (
     Created,
     Found,
     JobLook,
+    JobWanted,
     Look,
     NoVerdict,
     TransportError,
@@ -91,10 +92,8 @@ class PrefectPort:
         )
         return seen
 
-    async def find_job(self, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
-        found: Found | NoVerdict = await self._read(
-            find_upstream_job, submission_id, idempotency_key, self._settings
-        )
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
+        found: Found | NoVerdict = await self._read(find_upstream_job, wanted, self._settings)
         return found
 
     async def _read(self, call: Task[..., Any], *args: Any) -> Any:

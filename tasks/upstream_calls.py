@@ -26,6 +26,7 @@ from postledger.trip import (
     Found,
     JobLook,
     JobRequest,
+    JobWanted,
     Look,
     NoVerdict,
     TransportError,
@@ -173,14 +174,12 @@ async def wait_for_upstream_job(
         )
 
 
-@task(name="find-upstream-job", task_run_name="find {submission_id}", **ONE_CALL)
-async def find_upstream_job(
-    submission_id: str, idempotency_key: str, settings: Settings
-) -> Found | NoVerdict:
-    """The upstream job made for this submission and key, looked for by its metadata.
-    Listing never pays."""
+@task(name="find-upstream-job", task_run_name="find {wanted.submission_id}", **ONE_CALL)
+async def find_upstream_job(wanted: JobWanted, settings: Settings) -> Found | NoVerdict:
+    """The upstream job made for this submission, looked for in the upstream's listing (by
+    its metadata, or by what it carries). Listing never pays."""
     async with upstream_for(settings) as client:
-        return await client.find_job(submission_id=submission_id, idempotency_key=idempotency_key)
+        return await client.find_job(wanted)
 
 
 @task(name="adopt-orphaned-tasks", task_run_name="adopt orphans {month}", **ONE_CALL)

@@ -18,7 +18,7 @@ from postledger.failures.policy import STOPPING, Decision, PostMove, retry_or_fa
 from postledger.guards.breaker import Signal
 from postledger.record.kinds import BatchStatus, FailureKind, PostStatus
 from postledger.settings import Limits
-from postledger.upstreams.calls import NoVerdict, Unknown, UpstreamFailed
+from postledger.upstreams.calls import NoVerdict, NoVerdictReason, Unknown, UpstreamFailed
 from postledger.upstreams.errors import EndpointNotFound
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ def after_no_verdict(no_verdict: NoVerdict, task_id: str | None) -> Decision:
         assert kind is not None
         stop = f"{kind.value}: {no_verdict.detail} — {CONTINUE_HINTS[kind]}"
         return Decision(BatchStatus.RUNNING, why, kind=kind, stop_run=stop)
+    if no_verdict.reason is NoVerdictReason.UNCONFIRMED:  # the upstream answered: all is well
+        return Decision(BatchStatus.RUNNING, why)
     return Decision(BatchStatus.RUNNING, why, kind=kind, signal=Signal.TRANSPORT_FAILURE)
 
 

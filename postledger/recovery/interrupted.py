@@ -21,7 +21,7 @@ from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, SubmissionRecord
 from postledger.record.reads import waits_for_job
 from postledger.settings import Limits, Settings
-from postledger.upstreams.calls import Found, NoVerdict
+from postledger.upstreams.calls import Found, JobWanted, NoVerdict
 
 
 def finish_from_output(
@@ -93,7 +93,7 @@ class FindsTasks(Protocol):
 
     async def find_task(self, batch_id: str, idempotency_key: str) -> Found | NoVerdict: ...
 
-    async def find_job(self, submission_id: str, idempotency_key: str) -> Found | NoVerdict: ...
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict: ...
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ async def adopt_orphans(
     fence of what it writes."""
     adoption = Adoption()
     for submission in ledger.orphaned_submissions(month):
-        found = await upstream.find_job(submission.submission_id, submission.idempotency_key)
+        found = await upstream.find_job(wanted_of(submission))
         if isinstance(found, NoVerdict):
             adoption.unsearched.extend(_orphans_of(ledger, submission))
         elif found.task_id is not None:
@@ -129,7 +129,7 @@ async def adopt_orphans(
                     holder=holder,
                     adopted=f"adopted upstream job {found.task_id}: made for submission "
                     f"{submission.submission_id} by an interrupted run that never saved its id "
-                    "(found by its metadata); it is polled, not paid again",
+                    f"(found {found.by}); it is polled, not paid again",
                 )
             )
     for batch in ledger.batches(month, BatchStatus.RUNNING):
@@ -151,6 +151,17 @@ async def adopt_orphans(
             )
             adoption.adopted.append(batch.batch_id)
     return adoption
+
+
+def wanted_of(submission: SubmissionRecord) -> JobWanted:
+    """What a search of the upstream's listing looks for: the submission's job, made after
+    it was written down, carrying its batches under its key."""
+    return JobWanted(
+        submission_id=submission.submission_id,
+        idempotency_key=submission.idempotency_key,
+        batch_ids=tuple(submission.batch_ids),
+        written_at=submission.created_at,
+    )
 
 
 def _orphans_of(ledger: Ledger, submission: SubmissionRecord) -> list[str]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from postledger.upstreams import UpstreamFacts
-from postledger.upstreams.calls import Created, Found, JobLook, Look, NoVerdict
+from postledger.upstreams.calls import Created, Found, JobLook, JobWanted, Look, NoVerdict
 
 __all__ = ["REAL_CLOCK", "Clock", "RealClock", "UpstreamFacts", "UpstreamPort"]
 
@@ -59,8 +59,8 @@ class UpstreamPort(Protocol):
         verdict, as soon as one look gives either."""
         ...
 
-    async def find_job(self, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
-        """The job made for this submission and key, looked for in the upstream's listing."""
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
+        """The job made for this submission, looked for in the upstream's listing."""
         ...
 
 

@@ -20,13 +20,14 @@ from postledger.record.crash import CrashPoint, crash_point
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchRecord, BatchStatus, SubmissionRecord
 from postledger.record.month_lease import MonthLost
+from postledger.recovery.interrupted import wanted_of
 from postledger.trip.batch import month_lost
-from postledger.trip.following import follow
+from postledger.trip.following import Backoff, follow
 from postledger.trip.keeping import Trip
 from postledger.trip.marking import mark_for_job, posts_of
 from postledger.trip.outcome import BatchOutcome, LedgerFailed, SubmissionEnded
 from postledger.trip.settle import settle, settle_create_failure
-from postledger.upstreams.calls import Found, JobLook, NoVerdict
+from postledger.upstreams.calls import Found, JobLook, JobWanted, NoVerdict, NoVerdictReason
 from postledger.upstreams.errors import AmbiguousCreate, UpstreamError
 from postledger.upstreams.openai_batch import submission_metadata
 
@@ -78,15 +79,15 @@ async def _send_again(
     trip: Trip, submission_id: str, batch_ids: Sequence[str], outcomes: dict[str, BatchOutcome]
 ) -> tuple[list[BatchRecord], BatchOutcome | None]:
     """The batches of a submission whose job's id was never saved, sent again after a yes:
-    first its job is looked for by its metadata (free), and adopted if it was made; a look
-    that gives no answer leaves them waiting, uncertain; only when the upstream lists no such
-    job are they sent, in this same submission, under its same key (so that a later look
-    still finds what this send makes)."""
+    first its job is looked for in the upstream's listing (free), and adopted if it was made;
+    a look that gives no answer leaves them waiting, uncertain; only when the upstream lists
+    no such job are they sent, in this same submission, under its same key (so that a later
+    look still finds what this send makes)."""
     ledger = trip.ledger
     submission = ledger.submission(submission_id)
     batches = [ledger.batch(batch_id) for batch_id in batch_ids]
     if trip.port.facts.can_list:
-        found = await trip.port.find_job(submission_id, submission.idempotency_key)
+        found = await _search(trip, wanted_of(submission))
         if isinstance(found, NoVerdict):
             for nth, batch in enumerate(batches):
                 outcomes[batch.batch_id] = settle(trip, batch, found, None, tell_breaker=nth == 0)
@@ -97,7 +98,7 @@ async def _send_again(
                 batches,
                 found.task_id,
                 None,
-                adopted=f"found upstream job {found.task_id} by its metadata before sending "
+                adopted=f"found upstream job {found.task_id} {found.by} before sending "
                 "again: it is polled, not paid again",
             )
             trip.check_month()
@@ -137,7 +138,7 @@ async def _send(
                 idempotency_key=key,
                 batch_ids=[b.batch_id for b in batches],
                 metadata_sent=submission_metadata(submission_id, key)
-                if port.facts.can_list
+                if port.facts.sends_metadata
                 else {},
             ),
             holder=trip.holder,
@@ -172,12 +173,12 @@ async def _send(
 async def _look_for_it(
     trip: Trip, submission_id: str, batches: list[BatchRecord], key: str
 ) -> str | None:
-    """A create whose answer was lost may have made the job: look for it by its metadata
-    once the upstream lists it (R24, R49), never make it again here. Found: its id, kept."""
+    """A create whose answer was lost may have made the job: look for it in the upstream's
+    listing once it lists it (R24, R49), never make it again here. Found: its id, kept."""
     if not trip.port.facts.can_list:
         return None
     await trip.clock.sleep(trip.settings.create_settle)
-    found = await trip.port.find_job(submission_id, key)
+    found = await _search(trip, wanted_of(trip.ledger.submission(submission_id)))
     if not isinstance(found, Found) or found.task_id is None:
         return None
     trip.keep_job_id(
@@ -185,11 +186,27 @@ async def _look_for_it(
         batches,
         found.task_id,
         None,
-        adopted=f"found upstream job {found.task_id} by its metadata after an answer to its "
+        adopted=f"found upstream job {found.task_id} {found.by} after an answer to its "
         "create was lost; it is polled, not paid again",
     )
     trip.check_month()
     return found.task_id
+
+
+async def _search(trip: Trip, wanted: JobWanted) -> Found | NoVerdict:
+    """The upstream's listing searched for the submission's job. A job that may be it but
+    still runs (a Message Batch is told by its results) is searched for again after a
+    backoff, as a job is followed, until our deadline."""
+    give_up = trip.clock.monotonic() + trip.port.facts.wait_deadline
+    backoff = Backoff(trip.settings.request_backoff, trip.settings.rate_limit_max_wait)
+    while True:
+        found = await trip.port.find_job(wanted)
+        if not isinstance(found, NoVerdict) or found.reason is not NoVerdictReason.UNCONFIRMED:
+            return found
+        if (remaining := give_up - trip.clock.monotonic()) <= 0:
+            return found
+        trip.log.info("%s: %s; searching again", wanted.submission_id, found.detail)
+        await trip.clock.sleep(min(backoff.after(found), remaining))
 
 
 async def _follow_job(

@@ -10,11 +10,12 @@ which the business layer reads instead of the kind:
   Batch API). Chat completions answer synchronously: `create` returns the answer itself
   and there is no id, so an interrupted request can only be sent again (R24).
 - `honours_keys`: a create sent again under the same idempotency key cannot pay twice.
-- `can_list`: `find_task` can find a task whose id was never saved (the Batch API, by the
-  metadata naming the ledger batch and its key): the orphan is adopted, not paid again.
+- `can_list`: `find_task` or `find_job` can find work whose id was never saved (OpenAI's
+  Batch API by the metadata naming the ledger batch or submission and its key; Anthropic's
+  Message Batches by the requests they carry): the orphan is adopted, not paid again.
 - `carries_many`: a Batch API, where one upstream job (a submission) carries many ledger
   batches, one request line each: `submit` makes it, `look_job` reads each batch's line,
-  `find_job` finds one whose id was never saved by the submission's metadata.
+  `find_job` finds one whose id was never saved.
 - `long_polls`, `max_poll_interval`: how to wait between looks.
 
 A create raises the typed errors of `postledger.upstreams.errors`, which
@@ -41,6 +42,7 @@ from postledger.upstreams.calls import (
     Found,
     JobLook,
     JobRequest,
+    JobWanted,
     Look,
     NoVerdict,
 )
@@ -56,6 +58,7 @@ __all__ = [
     "Found",
     "JobLook",
     "JobRequest",
+    "JobWanted",
     "Look",
     "NoVerdict",
     "TransportError",
@@ -115,8 +118,9 @@ class Upstream(Protocol):
         """One look at a job: running, ended (each ledger batch's own line), or no verdict."""
         ...
 
-    async def find_job(self, *, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
-        """The job made for this submission and key, if the upstream can tell."""
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
+        """The job made for this submission, if the upstream can tell (by the metadata it
+        was made with, or by what it carries)."""
         ...
 
 
@@ -145,6 +149,7 @@ class UpstreamFacts:
     has_task_ids: bool
     honours_keys: bool
     can_list: bool
+    sends_metadata: bool  # a job carries the submission's metadata (what `find_job` reads)
     carries_many: bool
     wait_deadline: float  # seconds to wait for one upstream task before it is left uncertain
     most_batches_per_job: int  # ledger batches (request lines) one upstream job may carry
@@ -158,6 +163,7 @@ def facts_of(settings: Settings) -> UpstreamFacts:
         has_task_ids=client.has_task_ids,
         honours_keys=client.keys_honoured(settings),
         can_list=client.can_list,
+        sends_metadata=client.sends_metadata,
         carries_many=client.carries_many,
         wait_deadline=client.deadline(settings),
         most_batches_per_job=min(lines, settings.max_submission_batches or lines),

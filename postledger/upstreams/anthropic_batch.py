@@ -17,10 +17,12 @@ the Messages API, answered within 24 hours.
 - No verdict: a status Anthropic does not document, a body that is not a Message Batch,
   results that cannot be read, are cut, or lack a request's line. The batch waits, with its
   id, and is read again.
-- A Message Batch carries no metadata and the API takes no idempotency key, so a batch made
-  but never written down cannot be found again: `can_list` and `honours_keys` are False, a
-  create whose answer was lost is uncertain, and recovery asks a person before sending it
-  again (docs/upstreams.md).
+- A Message Batch carries no metadata and the API takes no idempotency key (`honours_keys` is
+  False), so a submission's Message Batch made but never written down is found by what it
+  carries (`find_job`, `anthropic_batch_match`): each request's `custom_id` is its ledger
+  batch id with a token of the submission's key, and a listed batch of the right time and
+  size whose results hold exactly those ids is adopted, not paid again. One found nowhere is
+  asked about before it is sent again (docs/upstreams.md).
 
 Errors are the Messages API's (`anthropic_messages`): 529 overloaded and 503 were not taken;
 a 500, 502 or 504 on the create may hide a made batch; 429 waits; 401 and 403 stop the run; a
@@ -31,19 +33,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from postledger.settings import Settings, UpstreamKind
+from postledger.upstreams.anthropic_batch_match import (
+    Listed,
+    Window,
+    batch_of_line,
+    line_id,
+    listed_as,
+    results_are_its,
+)
 from postledger.upstreams.anthropic_messages import AnthropicUpstream
 from postledger.upstreams.anthropic_protocol import message_result, messages_body
 from postledger.upstreams.calls import (
     Created,
     CreateRequest,
+    Found,
     JobEnded,
     JobLook,
     JobRequest,
+    JobWanted,
     Look,
     NoVerdict,
     NoVerdictReason,
@@ -74,9 +87,18 @@ class AnthropicBatchClient(AnthropicUpstream):
     kind = UpstreamKind.ANTHROPIC_BATCH
     # Anthropic's documented limits of one Message Batch: 100 000 requests, 256 MB.
     job_limits = (100_000, 256 * 1024 * 1024)
-    can_list = False  # a Message Batch carries no metadata to be found by
+    can_list = True  # a submission's Message Batch, by what it carries (`find_job`)
     carries_many = True
     max_poll_interval: float | None = 30.0  # a Message Batch takes minutes to hours
+    page_size = 100
+
+    @classmethod
+    def options_of(cls, settings: Settings) -> dict[str, Any]:
+        return {**super().options_of(settings), "search_limit": settings.orphan_search_limit}
+
+    def __init__(self, base_url: str, *, search_limit: int = 500, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self.search_limit = search_limit
 
     @classmethod
     def deadline(cls, settings: Settings) -> float:
@@ -107,7 +129,7 @@ class AnthropicBatchClient(AnthropicUpstream):
         return await self._make(
             [
                 {
-                    "custom_id": batch_id,
+                    "custom_id": line_id(batch_id, job.idempotency_key),
                     "params": messages_body(job.model, job.analysis, posts, self.max_tokens),
                 }
                 for batch_id, posts in job.lines
@@ -144,7 +166,7 @@ class AnthropicBatchClient(AnthropicUpstream):
         lines = await self._results(job_id)
         if not isinstance(lines, list):
             return lines
-        of_batch = {str(line.get("custom_id")): line for line in lines}
+        of_batch = {batch_of_line(str(line.get("custom_id"))): line for line in lines}
         missing = NoVerdict(
             NoVerdictReason.RESULTS_INCOMPLETE,
             f"Message Batch {job_id}'s results have no line for it",
@@ -152,6 +174,73 @@ class AnthropicBatchClient(AnthropicUpstream):
         return JobEnded(
             {b: _line_result(of_batch[b]) if b in of_batch else missing for b in batch_ids}
         )
+
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
+        """The submission's Message Batch, made by a run that never saved its id: listed
+        newest first down to the window's start, each candidate of the window and size
+        confirmed by its results' ids (`anthropic_batch_match`). A candidate still running,
+        or whose results cannot be read yet, is no verdict: it may be the one."""
+        window = Window.of(wanted, datetime.now(UTC))
+        doubt: NoVerdict | None = None
+        seen, after_id = 0, None
+        while seen < self.search_limit:
+            page = await self._listed(after_id)
+            if isinstance(page, NoVerdict):
+                return page
+            batches, has_more = page
+            for batch in batches:
+                standing = listed_as(batch, wanted, window)
+                if standing is Listed.OLDER:
+                    return doubt or Found(None)
+                if standing is Listed.CANDIDATE:
+                    confirmed = await self._confirmed(batch, wanted)
+                    if isinstance(confirmed, Found):
+                        return confirmed
+                    doubt = doubt or confirmed
+            seen += len(batches)
+            if not batches or not has_more:
+                break
+            after_id = str(batches[-1].get("id"))
+        return doubt or Found(None)
+
+    async def _listed(self, after_id: str | None) -> tuple[list[dict[str, Any]], bool] | NoVerdict:
+        """One page of `GET /v1/messages/batches` (newest first; `after_id`: the older ones)."""
+        params: dict[str, Any] = {"limit": self.page_size}
+        if after_id is not None:
+            params["after_id"] = after_id
+        page = await self._page(self._batches, params, "the list of Message Batches")
+        if isinstance(page, NoVerdict):
+            return page
+        if any(not isinstance(b.get("id"), str) or not b["id"] for b in page[0]):
+            return not_the_answer("a listed Message Batch has no id")
+        return page
+
+    async def _confirmed(
+        self, batch: dict[str, Any], wanted: JobWanted
+    ) -> Found | NoVerdict | None:
+        """A candidate's verdict: the submission's (`Found`), not it (None), or not yet known
+        (no verdict: it still runs, or its results could not be read)."""
+        batch_id = str(batch["id"])
+        if batch.get("processing_status") != "ended":
+            return NoVerdict(
+                NoVerdictReason.UNCONFIRMED,
+                f"Message Batch {batch_id}, made in the window with "
+                f"{len(wanted.batch_ids)} requests, is still running: its results will say "
+                "whether it is this submission's",
+            )
+        lines = await self._results(batch_id)
+        if isinstance(lines, Unknown):
+            return None  # its results are gone: it cannot be told to be this one
+        if isinstance(lines, NoVerdict):
+            return lines
+        if len(lines) < len(wanted.batch_ids):  # as many as its counts said: the file is cut
+            return NoVerdict(
+                NoVerdictReason.RESULTS_INCOMPLETE,
+                f"Message Batch {batch_id}'s results could not be read whole",
+            )
+        if results_are_its((str(line.get("custom_id")) for line in lines), wanted):
+            return Found(batch_id, by="by the requests it carries")
+        return None
 
     async def _look(self, task_id: str) -> dict[str, Any] | Running | Unknown | NoVerdict:
         """The Message Batch once it has ended; `Running` while it runs."""

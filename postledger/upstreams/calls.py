@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +83,9 @@ class NoVerdictReason(StrEnum):
     RESULTS_INCOMPLETE = "results_incomplete"  # a results file cut short, or lacking a line
     REFUSED = "refused"  # the read itself was refused (401, 403, 429, another 4xx)
     DEADLINE = "deadline"  # our own deadline passed while the work was still going
+    # A listed job that may be the one looked for is still running: only its results can
+    # say whether it is (Anthropic's Message Batches, found by what they carry).
+    UNCONFIRMED = "unconfirmed"
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,21 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
+class JobWanted:
+    """A submission whose job's id was never saved, as the ledger knows it: what a search of
+    the upstream's listing looks for. The job, if it was made, was made after the submission
+    was written down (`written_at`, on our clock) and before the search."""
+
+    submission_id: str
+    idempotency_key: str
+    batch_ids: tuple[str, ...]
+    written_at: datetime
+
+
+@dataclass(frozen=True)
 class Found:
     """What a search of the upstream's listing found: the id of the work made under a key,
     or None when the listing (read whole, as far as it is searched) has none."""
 
     task_id: str | None
+    by: str = "by its metadata"  # how it was told to be the one, for the adoption's event

@@ -32,6 +32,7 @@ from postledger.upstreams.calls import (
     Found,
     JobLook,
     JobRequest,
+    JobWanted,
     Look,
     NoVerdict,
     NoVerdictReason,
@@ -183,7 +184,8 @@ class HttpUpstream:
     needs_key: ClassVar[bool] = True  # a server not on this machine wants a key
 
     has_task_ids = True  # the upstream keeps a task that can be polled by its id
-    can_list = False  # the upstream can list its recent tasks, to find one by its metadata
+    can_list = False  # the upstream can list its recent tasks, to find one made for a batch
+    sends_metadata = False  # its work carries the metadata of the batch or submission
     long_polls = False  # a poll may ask the upstream to hold the answer until the task ends
     carries_many = False  # one upstream job may carry many ledger batches (a Batch API)
     # Tasks that take hours (the Batch API): the interval between polls grows to this.
@@ -296,8 +298,8 @@ class HttpUpstream:
         """Create (and pay for) the upstream job of a submission."""
         raise NotImplementedError(f"{type(self).__name__} takes one ledger batch per call")
 
-    async def find_job(self, *, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
-        """The upstream job made for this submission and key, if the upstream can tell."""
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
+        """The upstream job made for this submission, if the upstream can tell."""
         return Found(None)
 
     async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
@@ -314,6 +316,26 @@ class HttpUpstream:
             return Unknown(str(exc))
         except RejectedError as exc:
             return refused(exc)
+
+    async def _page(
+        self, url: str, params: dict[str, Any], what: str
+    ) -> tuple[list[dict[str, Any]], bool] | NoVerdict:
+        """One page of a listing of paid work (`data`, `has_more`), or no verdict: a listing
+        that cannot be read proves nothing missing. Listing pays nothing, so its transport
+        faults are safe to retry."""
+        try:
+            response = await self._send("GET", url, params=params)
+        except TransportError as exc:
+            raise costs_nothing(exc) from None
+        except RejectedError as exc:  # a 404 too: a wrong base URL (it stops the run)
+            return refused(exc)
+        page = answer_of(response, what)
+        if isinstance(page, NoVerdict):
+            return page
+        data = page.get("data")
+        if not isinstance(data, list):
+            return not_the_answer(f"{what} has no data")
+        return [item for item in data if isinstance(item, dict)], page.get("has_more") is True
 
     async def _send(
         self, method: str, url: str, *, reads_task: bool = False, **kwargs: Any
@@ -445,6 +467,15 @@ def _gateway_note(retries: int) -> str:
         return ""
     times = "once" if retries == 1 else f"{retries} times"
     return f" (a gateway in front of the upstream retried it {times} on its own)"
+
+
+def costs_nothing(exc: TransportError) -> TransportError:
+    """A fault of a call that makes nothing paid (a listing, a file upload): safe to retry."""
+    if not exc.maybe_sent:
+        return exc
+    return TransportError(
+        str(exc), maybe_sent=False, status=exc.http_status, gateway_retries=exc.gateway_retries
+    )
 
 
 def refused(error: RejectedError) -> NoVerdict:

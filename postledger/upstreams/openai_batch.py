@@ -49,6 +49,7 @@ from postledger.upstreams.calls import (
     JobEnded,
     JobLook,
     JobRequest,
+    JobWanted,
     Look,
     NoVerdict,
     NoVerdictReason,
@@ -60,7 +61,6 @@ from postledger.upstreams.calls import (
 )
 from postledger.upstreams.errors import (
     AmbiguousCreate,
-    RejectedError,
     TransportError,
     UpstreamError,
 )
@@ -68,11 +68,11 @@ from postledger.upstreams.http import (
     HttpUpstream,
     accepted_body,
     answer_of,
+    costs_nothing,
     gateway_retries_of,
     json_body,
     lost_answer,
     not_the_answer,
-    refused,
     request_counts,
 )
 from postledger.upstreams.openai_batch_per_post import assemble
@@ -115,6 +115,7 @@ class OpenAIBatchClient(HttpUpstream):
     # OpenAI's documented limits of one batch: 50 000 requests, 200 MB of input file.
     job_limits = (50_000, 200 * 1024 * 1024)
     can_list = True
+    sends_metadata = True
     carries_many = True
     # A batch takes minutes to hours: no need to ask twice a second.
     max_poll_interval: float | None = 30.0
@@ -200,7 +201,7 @@ class OpenAIBatchClient(HttpUpstream):
                 )
             )
         except TransportError as exc:
-            raise _costs_nothing(exc) from None
+            raise costs_nothing(exc) from None
         file_id = _text(uploaded.get("id"), "the upstream took the file but sent no id")
         try:
             response = await self._send(
@@ -235,9 +236,9 @@ class OpenAIBatchClient(HttpUpstream):
         carried many) and key."""
         return await self._find(metadata_of(batch_id, idempotency_key))
 
-    async def find_job(self, *, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
-        """The upstream batch made for this submission and key."""
-        return await self._find(submission_metadata(submission_id, idempotency_key))
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
+        """The upstream batch made for this submission and key, by its metadata."""
+        return await self._find(submission_metadata(wanted.submission_id, wanted.idempotency_key))
 
     async def _find(self, wanted: dict[str, str]) -> Found | NoVerdict:
         """Look through the most recent upstream batches (newest first, paging with `after`)
@@ -248,19 +249,10 @@ class OpenAIBatchClient(HttpUpstream):
             params: dict[str, Any] = {"limit": min(PAGE, self.search_limit - seen)}
             if after:
                 params["after"] = after
-            try:
-                response = await self._send("GET", "/batches", params=params)
-            except TransportError as exc:
-                raise _costs_nothing(exc) from None
-            except RejectedError as exc:  # a 404 too: a wrong base URL (it stops the run)
-                return refused(exc)
-            page = answer_of(response, "the list of batches")
+            page = await self._page("/batches", params, "the list of batches")
             if isinstance(page, NoVerdict):
                 return page
-            raw = page.get("data")
-            if not isinstance(raw, list):
-                return not_the_answer("the list of batches has no data")
-            data = [b for b in raw if isinstance(b, dict)]
+            data, has_more = page
             for batch in data:
                 metadata = batch.get("metadata") or {}
                 if isinstance(metadata, dict) and all(
@@ -270,7 +262,7 @@ class OpenAIBatchClient(HttpUpstream):
                         return not_the_answer("a listed batch has no id")
                     return Found(batch["id"])
             seen += len(data)
-            if not data or not page.get("has_more"):
+            if not data or not has_more:
                 return Found(None)
             after = data[-1].get("id")
         return Found(None)
@@ -408,15 +400,6 @@ def _never_ran(data: dict[str, Any]) -> UpstreamFailed:
     why = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
     reason = f"the batch failed validation, no request ran (not billed): {why or 'no reason'}"
     return UpstreamFailed(reason, billed=False)
-
-
-def _costs_nothing(exc: TransportError) -> TransportError:
-    """A fault of a call that makes nothing paid (a listing, a file upload): safe to retry."""
-    if not exc.maybe_sent:
-        return exc
-    return TransportError(
-        str(exc), maybe_sent=False, status=exc.http_status, gateway_retries=exc.gateway_retries
-    )
 
 
 def _text(value: Any, why: str) -> str:

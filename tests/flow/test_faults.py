@@ -9,6 +9,7 @@ and /_sim/charges. What only one kind has: tests/flow/test_openai_chat.py, test_
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -301,12 +302,12 @@ def test_final_transport_failure_sends_the_same_key_again_and_others_go_on(
 
 @pytest.mark.parametrize(
     ("kind", "faulty"),
-    # The task API said not to honour keys; chat completions and Message Batches never do,
-    # and a Message Batch cannot be found again. (The Batch API finds what such a create made
-    # by its metadata: tests/flow/test_openai_batch.py.)
-    cases((TASK_API, *SYNCHRONOUS, MESSAGE_BATCHES), "create:timeout_after_create#1;hold=3")
+    # The task API said not to honour keys; chat completions never do, and keep nothing to be
+    # found again. (The Batch API finds what such a create made by its metadata:
+    # tests/flow/test_openai_batch.py; a Message Batch is found by what it carries: below.)
+    cases((TASK_API, *SYNCHRONOUS), "create:timeout_after_create#1;hold=3")
     # A 500 that came after the model ran and was billed (as behind a gateway).
-    + cases((*SYNCHRONOUS, MESSAGE_BATCHES), "create:http_500_after_create#1"),
+    + cases(SYNCHRONOUS, "create:http_500_after_create#1"),
     indirect=["faulty"],
 )
 def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
@@ -341,6 +342,43 @@ def test_ambiguous_create_without_idempotency_is_uncertain_never_resent(
     (step,) = plan.steps
     assert (step.batch_id, step.action) == (first.batch_id, RecoveryAction.RESUBMIT)
     assert "charged twice" in step.why and plan.double_charge_cost > 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "faulty"),
+    cases(
+        (MESSAGE_BATCHES,),
+        "create:timeout_after_create#1;hold=3",
+        "create:http_500_after_create#1",
+    ),
+    indirect=["faulty"],
+)
+def test_a_message_batch_whose_create_answer_was_lost_is_found_by_what_it_carries(
+    prefect_harness: None,
+    faulty: Sim,
+    ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Message Batch was made and its requests ran (and were paid for); the answer never
+    came. The run looks for it in the listing, waits until it ends, confirms it by its
+    results' ids, and follows it: no second Message Batch, no second charge."""
+    monkeypatch.setenv("POSTLEDGER_MAX_IN_FLIGHT", "1")
+    monkeypatch.setenv("POSTLEDGER_MAX_SUBMISSION_BATCHES", "1")  # one ledger batch per job
+    monkeypatch.setenv("POSTLEDGER_CREATE_SETTLE", "0.2")
+    run(tmp_path, 30)
+    assert statuses(ledger) == {"completed": 30}
+    # One Message Batch per ledger batch: the lost one was not made again.
+    assert faulty.creates() == len(ledger.batches(MONTH)) == 2
+    first = ledger.batches(MONTH)[0]
+    assert first.sends == 1 and first.upstream_task_id is not None
+    assert any(
+        e.entity_id == first.batch_id
+        and e.why.startswith(f"found upstream job {first.upstream_task_id}")
+        for e in ledger.events(MONTH)
+    )
+    assert faulty.charged_per_post() == Counter({p.post_id: 1 for p in ledger.posts(MONTH)})
+    assert_attempts_are_charges(ledger, faulty)
 
 
 def test_connection_refused_costs_nothing_and_is_bounded(

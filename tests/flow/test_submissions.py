@@ -1,9 +1,9 @@
 """On a Batch API one upstream job (a submission) carries many ledger batches, one request line
 each (`tasks/submission.py`), over real HTTP against the simulator: a month goes in one job,
 each line settles its own batch by the same rules as a batch sent alone, a line that never ran
-goes into the next submission unbilled, and a job made but never written down is found by its
-metadata and adopted with no new charge (OpenAI) or asked about (Anthropic). The evidence is
-the ledger and the simulator's charge log."""
+goes into the next submission unbilled, and a job made but never written down is found
+(OpenAI's by its metadata, Anthropic's by the requests it carries) and adopted with no new
+charge. The evidence is the ledger and the simulator's charge log."""
 
 from __future__ import annotations
 
@@ -182,6 +182,11 @@ def batch_sim(monkeypatch: pytest.MonkeyPatch, kind: str) -> Iterator[Sim]:
     yield from start_sim(monkeypatch, kind, latency=0.3)
 
 
+def batch_sim_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.getfixturevalue("kind")
+    return kind
+
+
 def crash_after_the_create(
     tmp_path: Path, request: pytest.FixtureRequest, ledger_url: str
 ) -> tuple[Ledger, SubmissionRecord]:
@@ -197,24 +202,26 @@ def crash_after_the_create(
 
 @pytest.mark.on_postgres  # a job adopted by the next run
 @pytest.mark.processes  # runs postledger in other processes
-@pytest.mark.parametrize("kind", ["openai_batch"])
-def test_a_job_never_written_down_is_found_by_its_metadata_and_adopted_with_no_new_charge(
+@pytest.mark.parametrize("kind", BATCH_KINDS)
+def test_a_job_never_written_down_is_found_and_adopted_with_no_new_charge(
     batch_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     ledger, _ = crash_after_the_create(tmp_path, request, ledger_url)
-    charged_at_crash = batch_sim.charges()
-    assert len(charged_at_crash) == 1  # the job was made, and paid for
+    charged_at_crash = [c["task_id"] for c in batch_sim.charges()]
+    # The job was made, and paid for: OpenAI charges the job, Anthropic each request of it.
+    assert len(charged_at_crash) == (1 if batch_sim_kind(request) == "openai_batch" else 4)
     ledger.close()
 
     finish_month_here(request, tmp_path)
     ledger = Ledger(ledger_url)
     assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
     # Zero new charges: the one job made before the crash, polled to its end.
-    assert [c["task_id"] for c in batch_sim.charges()] == [charged_at_crash[0]["task_id"]]
+    assert [c["task_id"] for c in batch_sim.charges()] == charged_at_crash
     assert batch_sim.charged_per_post() == Counter({p.post_id: 1 for p in ledger.posts(MONTH)})
     assert batch_sim.creates() == 1
     (adopted,) = submissions(ledger)
-    assert adopted.upstream_job_id and adopted.upstream_job_id.startswith("batch_")
+    # OpenAI's job found by its metadata; Anthropic's Message Batch by the requests it carries.
+    assert adopted.upstream_job_id and adopted.upstream_job_id.startswith(("batch_", "msgbatch_"))
     for batch_id in adopted.batch_ids:
         batch = ledger.batch(batch_id)
         assert batch.upstream_task_id == adopted.upstream_job_id and batch.sends == 1
@@ -224,17 +231,29 @@ def test_a_job_never_written_down_is_found_by_its_metadata_and_adopted_with_no_n
 
 @pytest.mark.processes
 @pytest.mark.parametrize("kind", ["anthropic_batch"])
-def test_a_message_batch_never_written_down_is_asked_about_not_sent_again(
+def test_a_message_batch_of_the_same_size_made_before_the_submission_is_not_adopted(
     batch_sim: Sim, ledger_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    ledger, orphan = crash_after_the_create(tmp_path, request, ledger_url)
-    assert orphan.metadata_sent == {}  # a Message Batch takes none
+    """A near miss: a Message Batch with as many requests, named by the very batch ids, made
+    before the submission was written down. The create's answer is lost (a 500) and no batch
+    was made for it: nothing is adopted, and the run asks before sending again."""
+    foreign = batch_sim.make_message_batch([f"{MONTH}-b{n:04d}" for n in range(1, 5)])
+    batch_sim.set_faults([{"on": "create", "fault": "http_500", "nth": [1]}])
+    first = run_month(tmp_path, **on_worker_server(request))
+    assert first.returncode != 0, first.stdout + first.stderr
+    ledger = Ledger(ledger_url)
+    (orphan,) = submissions(ledger)
+    assert orphan.upstream_job_id is None and orphan.metadata_sent == {}  # a batch takes none
+    assert {ledger.batch(b).upstream_task_id for b in orphan.batch_ids} == {None}
+    assert not any(foreign in e.why or "adopted" in e.why for e in ledger.events(MONTH))
     with ledger.plain() as reader:
         plan = recovery_plan(reader, MONTH, Settings())
-    # No metadata to find it by: every batch it carried waits for a person's yes, with the
-    # warning that a resubmission may be charged twice.
+    # Found nowhere: every batch it carried waits for a person's yes, with the warning that
+    # a resubmission may be charged twice.
     assert [s.batch_id for s in plan.steps] == orphan.batch_ids
     assert {s.action for s in plan.steps} == {RecoveryAction.RESUBMIT}
     assert plan.needs_yes and plan.double_charge_cost > 0
-    assert len(batch_sim.charges()) == len(orphan.batch_ids)  # its requests did run, and pay
+    assert {c["idempotency_key"] for c in batch_sim.charges()} == {  # only the foreign batch ran
+        f"{MONTH}-b{n:04d}" for n in range(1, 5)
+    }
     ledger.close()

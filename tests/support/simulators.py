@@ -71,6 +71,22 @@ class Sim:
     def clear_faults(self) -> None:
         self.set_faults([])
 
+    def make_message_batch(self, custom_ids: list[str], key: str = "fake-key-anyone") -> str:
+        """A Message Batch of these requests (one short post each) made straight on the
+        simulator, as someone else on the same account would; its id."""
+        from postledger.analysis import load_analysis
+        from postledger.upstreams.anthropic_protocol import messages_body
+
+        params = messages_body("sim-analyst-1", load_analysis(None), [("p1", "a post")], 1024)
+        answer = _LOOPBACK.post(
+            f"{self.url}/v1/messages/batches",
+            json={"requests": [{"custom_id": c, "params": params} for c in custom_ids]},
+            headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        )
+        assert answer.status_code == 200, answer.text
+        made: str = answer.json()["id"]
+        return made
+
     def hold(self, held: bool) -> None:
         """No task ends while held; released, each ends one latency later."""
         _LOOPBACK.post(f"{self.url}/_sim/hold", json={"held": held}).raise_for_status()

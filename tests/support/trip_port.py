@@ -20,6 +20,7 @@ from postledger.upstreams.calls import (
     Found,
     JobLook,
     JobRequest,
+    JobWanted,
     Look,
     NoVerdict,
 )
@@ -127,13 +128,11 @@ class DirectPort:
         except TransportError as exc:
             return one_call.no_verdict_of(exc)
 
-    async def find_job(self, submission_id: str, idempotency_key: str) -> Found | NoVerdict:
+    async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
         async def find(client: Upstream) -> Found | NoVerdict:
-            return await client.find_job(
-                submission_id=submission_id, idempotency_key=idempotency_key
-            )
+            return await client.find_job(wanted)
 
-        ledger_batch = self.ledger.submission(submission_id).batch_ids[0]
+        ledger_batch = wanted.batch_ids[0]
         try:
             return await self._retried("find_job", ledger_batch, find)
         except TransportError as exc:

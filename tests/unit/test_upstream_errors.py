@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from typing import Any
 
@@ -24,6 +25,7 @@ from postledger.upstreams.calls import (
     Created,
     CreateRequest,
     Found,
+    JobWanted,
     NoVerdict,
     NoVerdictReason,
     Unknown,
@@ -42,6 +44,14 @@ from postledger.upstreams.task_api import TaskApiClient
 from tests.support.ledgers import asked
 
 KEY = "fake-key-for-the-error-tests"
+
+
+def wanted(submission_id: str) -> JobWanted:
+    """A submission of two batches, written down an hour ago under the key `key-1`."""
+    written = datetime.now(UTC) - timedelta(hours=1)
+    return JobWanted(submission_id, "key-1", ("2026-10-b0001", "2026-10-b0002"), written)
+
+
 REQUEST = CreateRequest(
     "2026-10-b0001", "sim-analyst-1", asked("Analyse."), [("p1", "hello")], "key-1"
 )
@@ -185,7 +195,7 @@ def test_a_404_on_the_batch_listing_is_no_answer_that_names_its_url() -> None:
     async def find() -> Any:
         handler = batch_api(listing=not_found)
         async with client_of(OpenAIBatchClient, handler, "https://up.example/v1") as client:
-            return await client.find_job(submission_id="2026-10-s1", idempotency_key="key-1")
+            return await client.find_job(wanted("2026-10-s1"))
 
     seen = run(find)
     assert isinstance(seen, NoVerdict) and isinstance(seen.refusal, EndpointNotFound)
@@ -421,7 +431,7 @@ def test_a_timeout_on_the_listing_is_safe_to_retry() -> None:
 
     error = raised(
         client_of(OpenAIBatchClient, batch_api(listing=timeout), "https://up.example/v1"),
-        lambda c: c.find_job(submission_id="2026-10-s1", idempotency_key="key-1"),
+        lambda c: c.find_job(wanted("2026-10-s1")),
     )
     assert type(error) is TransportError and not error.maybe_sent
 
@@ -482,7 +492,7 @@ def test_the_batch_api_does_not_claim_to_honour_keys_and_finds_a_job_by_its_meta
 
     async def find(submission_id: str) -> Any:
         async with client_of(OpenAIBatchClient, handler, "https://up.example/v1") as again:
-            return await again.find_job(submission_id=submission_id, idempotency_key="key-1")
+            return await again.find_job(wanted(submission_id))
 
     assert run(lambda: find("2026-10-s1")) == Found("batch_old")  # a resend reuses it
     assert run(lambda: find("2026-10-s2")) == Found(None)
@@ -497,7 +507,7 @@ def test_a_listing_that_is_not_a_listing_is_no_answer() -> None:
         async with client_of(
             OpenAIBatchClient, batch_api(listing=html), "https://up.example/v1"
         ) as c:
-            return await c.find_job(submission_id="2026-10-s1", idempotency_key="key-1")
+            return await c.find_job(wanted("2026-10-s1"))
 
     seen = run(find)
     assert isinstance(seen, NoVerdict) and seen.reason is NoVerdictReason.NOT_THE_ANSWER
