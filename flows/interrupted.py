@@ -76,9 +76,10 @@ def ask_then_send_interrupted(
 
 
 def adopt_orphans(run: MonthRun) -> list[str]:
-    """Upstream tasks that interrupted batches made are found by their metadata and adopted,
-    before anyone is asked to resubmit: looking is free (R49). Returns the batches whose look
-    gave no answer: they may have been made, so nothing sends them again in this run."""
+    """Upstream tasks that interrupted batches made are found in the upstream's listing and
+    adopted, before anyone is asked to resubmit: looking is free (R49). Returns the batches
+    whose look gave no answer: they may have been made, so nothing sends them again in this
+    run."""
     if not can_list(run.settings):
         return []
     logger = get_run_logger()
@@ -89,8 +90,9 @@ def adopt_orphans(run: MonthRun) -> list[str]:
         logger.warning("adopted the upstream tasks of interrupted batches: %s", adoption.adopted)
     if adoption.unsearched:
         logger.warning(
-            "could not read the upstream's list of jobs for interrupted batches %s: they may "
-            "have been made (and paid for), so they wait for a look that answers",
+            "no answer yet on whether the upstream made the jobs of interrupted batches %s "
+            "(%s): they may have been made (and paid for), so they wait for a later look",
             adoption.unsearched,
+            "; ".join(dict.fromkeys(adoption.why_unsearched)),
         )
     return adoption.unsearched

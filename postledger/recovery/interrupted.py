@@ -104,6 +104,7 @@ class Adoption:
 
     adopted: list[str] = field(default_factory=list)
     unsearched: list[str] = field(default_factory=list)
+    why_unsearched: list[str] = field(default_factory=list)  # each look's lack of answer
 
 
 async def adopt_orphans(
@@ -121,6 +122,7 @@ async def adopt_orphans(
         found = await upstream.find_job(wanted_of(submission))
         if isinstance(found, NoVerdict):
             adoption.unsearched.extend(_orphans_of(ledger, submission))
+            adoption.why_unsearched.append(found.detail)
         elif found.task_id is not None:
             adoption.adopted.extend(
                 ledger.record_job_id(
@@ -140,6 +142,7 @@ async def adopt_orphans(
         single = await upstream.find_task(batch.batch_id, batch.idempotency_key)
         if isinstance(single, NoVerdict):
             adoption.unsearched.append(batch.batch_id)
+            adoption.why_unsearched.append(single.detail)
         elif single.task_id is not None:
             ledger.record_task_id(
                 batch.batch_id,
