@@ -64,9 +64,10 @@ PLAN: list[tuple[str, tuple[str, ...]]] = [
     ("results:html@0.02", BATCH_APIS),
     ("results:cut_file@0.03", BATCH_APIS),
     ("results:missing_lines@0.03", BATCH_APIS),
-    ("list:http_502@0.03", (OPENAI_BATCH,)),  # the simulator lists OpenAI's batches only
-    ("list:html@0.02", (OPENAI_BATCH,)),
-    ("list:cut_json@0.02", (OPENAI_BATCH,)),
+    # The listings a lost job is looked for in: OpenAI's batches, Anthropic's Message Batches.
+    ("list:http_502@0.03", (OPENAI_BATCH, ANTHROPIC_BATCH)),
+    ("list:html@0.02", (OPENAI_BATCH, ANTHROPIC_BATCH)),
+    ("list:cut_json@0.02", (OPENAI_BATCH, ANTHROPIC_BATCH)),
     ("task:task_failed@0.03", EVERY_KIND),
     ("task:expired@0.02", BATCH_APIS),  # on the task API the same as task_failed
     ("task:cancelled@0.02", BATCH_APIS),
