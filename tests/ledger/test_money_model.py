@@ -740,9 +740,10 @@ class MoneyModel(RuleBasedStateMachine):
         )
 
     def readable(self, job_id: str) -> bool:
-        """Whether we could read the job: it can be found in the listing, or its id is kept
-        (in the ledger, or in the spill the next run imports)."""
-        if self.kind is Kind.OPENAI_BATCH:
+        """Whether we could read the job: it can be found in the listing (OpenAI's by its
+        metadata, Anthropic's by the requests it carries), or its id is kept (in the ledger,
+        or in the spill the next run imports)."""
+        if self.kind in (Kind.OPENAI_BATCH, Kind.ANTHROPIC_BATCH):
             return True
         with Session(self.observer.engine) as session:
             if session.exec(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from email.parser import BytesParser
 from email.policy import HTTP
 from enum import StrEnum
@@ -25,6 +26,7 @@ import httpx
 
 from postledger.defaults import Price
 from postledger.guards.spend import OUTPUT_TOKENS_PER_POST, cost_of, tokens_of
+from postledger.upstreams.anthropic_batch_match import batch_of_line
 from postledger.upstreams.anthropic_protocol import TOOL_NAME
 from tests.support.trip_port import FakeClock
 
@@ -112,6 +114,7 @@ class Line:
     batch_id: str
     posts: list[tuple[str, str]]
     outcome: Outcome | None = None  # None: still running
+    custom_id: str = ""  # as the create named it (Anthropic: the batch id and a key's token)
     read: bool = False  # its verdict was delivered to us whole, at least once
 
 
@@ -122,6 +125,7 @@ class Job:
     metadata: dict[str, str]
     lines: dict[str, Line]
     forgotten: bool = False  # the upstream lost it: a 404 from now on (its charges stay)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def ended(self) -> bool:
@@ -302,7 +306,7 @@ class ModelUpstream:
         if refused is not None:
             return refused
         lines, key, metadata = self._request_of(request)
-        self._create_lines = [(batch_id, self.send_of(batch_id)) for batch_id, _ in lines]
+        self._create_lines = [(batch_of_line(b), self.send_of(batch_of_line(b))) for b, _ in lines]
         if wire is Wire.HTTP_503:
             if self.kind is Kind.TASK_API:  # the task API's 503 may follow a made task
                 self.unknowable.update(self._create_lines)
@@ -324,7 +328,7 @@ class ModelUpstream:
 
     def _make(
         self,
-        lines: list[tuple[str, list[tuple[str, str]]]],
+        named: list[tuple[str, list[tuple[str, str]]]],
         key: str,
         metadata: dict[str, str],
         *,
@@ -337,11 +341,18 @@ class ModelUpstream:
                     return known
         self._next += 1
         prefix = {Kind.TASK_API: "task", Kind.OPENAI_BATCH: "batch"}.get(self.kind, "msgbatch")
+        # Named by what the create called each line (a Message Batch's custom_id carries the
+        # submission's token), charged by ledger batch.
+        lines = [(batch_of_line(line_id), posts) for line_id, posts in named]
         job = Job(
             f"{prefix}_{self._next:04d}",
             key,
             metadata,
-            {batch_id: Line(batch_id, posts) for batch_id, posts in lines},
+            {
+                batch_id: Line(batch_id, posts, custom_id=line_id)
+                for (batch_id, posts), (line_id, _) in zip(lines, named, strict=True)
+            },
+            created_at=self._stamp(),
         )
         for batch_id, posts in lines:
             charge = Charge(
@@ -413,6 +424,8 @@ class ModelUpstream:
         path = request.url.path
         if path == "/v1/batches":
             return self._spoiled(wire, self._listing(request), [])
+        if path == "/v1/messages/batches":
+            return self._spoiled(wire, self._message_batches(request), [])
         if path.endswith("/content") or path.endswith("/results"):
             return self._results(path, wire)
         job = self.jobs.get(path.rsplit("/", 1)[-1])
@@ -463,6 +476,38 @@ class ModelUpstream:
             "usage": self._usage(line.posts),
         }
 
+    def _stamp(self) -> datetime:
+        """A new job's `created_at`: now, strictly after the job made before it."""
+        now = datetime.now(UTC)
+        last = next(reversed(self.jobs.values()), None) if self.jobs else None
+        if last is not None and now <= last.created_at:
+            now = last.created_at + timedelta(microseconds=1)
+        return now
+
+    def _message_batches(self, request: httpx.Request) -> dict[str, Any]:
+        """`GET /v1/messages/batches` as Anthropic lists them: newest first, `after_id` pages
+        to the older ones; each batch with its time, its status and its request counts."""
+        newest_first = [j for j in reversed(self.jobs.values()) if not j.forgotten]
+        after = request.url.params.get("after_id")
+        if after is not None:
+            ids = [j.job_id for j in newest_first]
+            newest_first = newest_first[ids.index(after) + 1 :] if after in ids else []
+        limit = int(request.url.params.get("limit", "20"))
+        page = newest_first[:limit]
+        data = [
+            {
+                "id": job.job_id,
+                "type": "message_batch",
+                "created_at": job.created_at.isoformat().replace("+00:00", "Z"),
+                "processing_status": "ended" if job.ended else "in_progress",
+                "request_counts": _request_counts(job),
+            }
+            for job in page
+        ]
+        first, last = (page[0].job_id, page[-1].job_id) if page else (None, None)
+        more = len(newest_first) > limit
+        return {"data": data, "has_more": more, "first_id": first, "last_id": last}
+
     def _listing(self, request: httpx.Request) -> dict[str, Any]:
         newest_first = [j for j in reversed(self.jobs.values()) if not j.forgotten]
         after = request.url.params.get("after")
@@ -500,10 +545,18 @@ class ModelUpstream:
         if self.kind is Kind.OPENAI_BATCH:
             if outcome is Outcome.NOT_RUN:
                 error = {"code": "batch_expired", "message": "expired before it ran"}
-                return {"custom_id": line.batch_id, "response": None, "error": error}
+                return {
+                    "custom_id": line.custom_id or line.batch_id,
+                    "response": None,
+                    "error": error,
+                }
             if outcome is Outcome.FAILED:  # an errored request: no usage reported
                 response = {"status_code": 500, "body": {"error": {"code": "server_error"}}}
-                return {"custom_id": line.batch_id, "response": response, "error": None}
+                return {
+                    "custom_id": line.custom_id or line.batch_id,
+                    "response": response,
+                    "error": None,
+                }
             completion = {
                 "choices": [{"message": {"content": json.dumps({"results": self._items(line)})}}],
                 "usage": {
@@ -512,15 +565,22 @@ class ModelUpstream:
                 },
             }
             response = {"status_code": 200, "body": completion}
-            return {"custom_id": line.batch_id, "response": response, "error": None}
+            return {
+                "custom_id": line.custom_id or line.batch_id,
+                "response": response,
+                "error": None,
+            }
         if outcome is Outcome.NOT_RUN:
-            return {"custom_id": line.batch_id, "result": {"type": "expired"}}
+            return {"custom_id": line.custom_id or line.batch_id, "result": {"type": "expired"}}
         content: list[dict[str, Any]] = []
         if outcome is not Outcome.FAILED:  # FAILED: a message with no answer in it, billed
             answer = {"results": self._items(line)}
             content = [{"type": "tool_use", "name": TOOL_NAME, "input": answer}]
         message = {"content": content, "stop_reason": "max_tokens", "usage": usage}
-        return {"custom_id": line.batch_id, "result": {"type": "succeeded", "message": message}}
+        return {
+            "custom_id": line.custom_id or line.batch_id,
+            "result": {"type": "succeeded", "message": message},
+        }
 
     def _spoiled(self, wire: Wire, body: dict[str, Any], holds: list[Line]) -> httpx.Response:
         """A read's JSON answer as the wire leaves it: a spoiled one delivers no verdict."""
@@ -604,3 +664,19 @@ def _error(
     body = {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
     headers = {"retry-after": str(retry)} if retry is not None else {}
     return httpx.Response(status, json=body, headers=headers)
+
+
+def _request_counts(job: Job) -> dict[str, int]:
+    """A Message Batch's `request_counts`: every request processing until the whole batch
+    has ended, as Anthropic counts them."""
+    if not job.ended:
+        return {
+            "processing": len(job.lines),
+            "succeeded": 0,
+            "errored": 0,
+            "canceled": 0,
+            "expired": 0,
+        }
+    ran = sum(1 for line in job.lines.values() if line.outcome is not Outcome.NOT_RUN)
+    expired = len(job.lines) - ran
+    return {"processing": 0, "succeeded": ran, "errored": 0, "canceled": 0, "expired": expired}
