@@ -1,6 +1,7 @@
-"""The bookkeeping of a big month, step by step: load the file, sync it into the ledger (all
-new), plan it, sync it again (all unchanged), and `postledger status`; the peak resident memory
-of the process that did it. On SQLite by default, `--ledger-url` for PostgreSQL.
+"""The bookkeeping of a big month, step by step: check the file, sync it into the ledger (all
+new, the file read again a chunk at a time, as a run does), plan it, sync it again (all
+unchanged), and `postledger status`; the peak resident memory of the process after each step.
+On SQLite by default, `--ledger-url` for PostgreSQL.
 
     uv run python bench/scale.py --count 100000
     uv run python bench/scale.py --count 100000 \\
@@ -44,7 +45,7 @@ def main() -> int:
     args = parser.parse_args()
 
     work = isolated_workdir("postledger-scale-")
-    from postledger.batches.posts import load_posts
+    from postledger.batches.posts import check_posts, read_posts
     from postledger.ledger import Ledger
     from postledger.settings import Settings
 
@@ -56,19 +57,23 @@ def main() -> int:
     settings = Settings()
     with ledger_database(args.ledger_url, work) as url:
         ledger = Ledger(url)
-        posts = timed("load the file", lambda: load_posts(posts_path))
+        checked = timed("check the file", lambda: check_posts(posts_path))
+        assert checked.count == args.count, checked
         sync = lambda: ledger.sync_posts(  # noqa: E731
-            MONTH, posts, model=settings.model, analysis=settings.analysis_in_use()
+            MONTH, read_posts(checked), model=settings.model, analysis=settings.analysis_in_use()
         )
         report = timed("sync_posts (all new)", sync)
         assert report.new == args.count, report
         planned = timed(
             "plan",
             lambda: ledger.plan(
-                MONTH, max_posts=settings.max_batch_posts, max_chars=settings.max_batch_chars
+                MONTH,
+                max_posts=settings.max_batch_posts,
+                max_chars=settings.max_batch_chars,
+                keep_batches=False,
             ),
         )
-        print(f"{'':34s} {len(planned.batches):7d} batches", flush=True)
+        print(f"{'':34s} {planned.planned:7d} batches", flush=True)
         again = timed("sync_posts again (all unchanged)", sync)
         assert again.unchanged == args.count, again
         ledger.close()

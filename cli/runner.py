@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from postledger.analysis import AnalysisError
-from postledger.batches.posts import InputError, default_posts_path, load_posts
+from postledger.batches.posts import InputError, check_posts, default_posts_path
 from postledger.defaults import BUNDLED_SIMULATOR
 from postledger.settings import Settings
 from simulator.child import starting_simulator
@@ -39,7 +39,7 @@ def run_month(
         settings = settings.model_copy(update={"analysis": analysis})
     path = posts_path or default_posts_path(settings.data_dir, month)
     try:
-        total = len(load_posts(path))  # fail fast, before Prefect starts, with the same message
+        total = check_posts(path).count  # fail fast, before Prefect starts, with the same message
         settings.analysis_in_use()  # and so does a bad analysis
     except (InputError, AnalysisError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)

@@ -32,9 +32,10 @@ def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
             max_posts=settings.max_batch_posts,
             max_chars=settings.max_batch_chars,
             max_attempts=settings.max_attempts,
+            keep_batches=False,  # counted, not listed: a month's are 40 000 lists of post ids
         )
         if pending >= LONG_STEP_POSTS:
-            get_run_logger().info("%s: %d batches planned", month, len(plan.batches))
+            get_run_logger().info("%s: %d batches planned", month, plan.planned)
         if plan.too_long:
             get_run_logger().warning(
                 "%d posts longer than max_batch_chars: not sent", plan.too_long

@@ -21,7 +21,7 @@ from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import Recovered
 from flows.slots import free_stale_slots
 from postledger.ledger import BatchStatus, Ledger, LedgerUnavailable
-from postledger.preflight import Post, finish_saved_outputs, import_spills
+from postledger.preflight import CheckedPosts, finish_saved_outputs, import_spills, read_posts
 from postledger.progress import SIMULATED, status_of
 from postledger.settings import MAX_IN_FLIGHT, Settings
 
@@ -71,20 +71,24 @@ def import_what_was_left(run: MonthRun) -> None:
             get_run_logger().warning(spill.kept_aside.message())
 
 
-def know_the_posts(run: MonthRun, posts: list[Post], path: Path) -> None:
-    """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25)."""
+def know_the_posts(run: MonthRun, posts: CheckedPosts, path: Path) -> None:
+    """The ledger learns the month's posts: new, unchanged, or changed and so new work (R25).
+    The checked file is read again as the ledger takes it, a chunk at a time: the month's
+    posts are never held whole, nor handed to Prefect (no task takes them)."""
     logger = get_run_logger()
     settings = run.settings
-    if len(posts) >= due_work.LONG_STEP_POSTS:  # seconds of work: said before, not after
-        logger.info("%s: writing %d posts of %s to the ledger", run.month, len(posts), path)
+    if posts.count >= due_work.LONG_STEP_POSTS:  # seconds of work: said before, not after
+        logger.info("%s: writing %d posts of %s to the ledger", run.month, posts.count, path)
     analysis = settings.analysis_in_use()
-    synced = run.ledger.sync_posts(run.month, posts, model=settings.model, analysis=analysis)
+    synced = run.ledger.sync_posts(
+        run.month, read_posts(posts), model=settings.model, analysis=analysis
+    )
     if closed := run.ledger.close_emptied(run.month):
         logger.info("closed %d sent batches whose posts all changed since", len(closed))
     logger.info(
         "%s: %d posts in %s, asked the analysis %r (%d new, %d unchanged, %d changed)",
         run.month,
-        len(posts),
+        posts.count,
         path,
         analysis.name,
         synced.new,
@@ -144,7 +148,7 @@ def run_batches(run: MonthRun, recovered: Recovered, artifacts: MonthArtifacts) 
 def say_what_is_uncertain(run: MonthRun) -> None:
     """Sent batches whose outcome is not known are never final: say so, with what to do."""
     month = run.month
-    if uncertain := [b.batch_id for b in run.ledger.batches(month, BatchStatus.RUNNING)]:
+    if uncertain := run.ledger.batch_ids(month, BatchStatus.RUNNING):
         get_run_logger().warning(
             "%s: %d batches were sent but their outcome is not known yet (%s). Nothing of "
             "them is lost or sent again by itself: `postledger plan --month %s` shows them; the "

@@ -39,12 +39,12 @@ from flows.stop_request import stop_on_signals_again
 from postledger.ledger import LedgerUnavailable, MonthBusy, open_ledger
 from postledger.preflight import (
     AnalysisError,
+    CheckedPosts,
     InputError,
     NotReady,
-    Post,
+    check_posts,
     check_ready,
     default_posts_path,
-    load_posts,
     parse_month,
     previous_month,
 )
@@ -120,7 +120,9 @@ def _monthly_posts(
 ) -> dict[str, Any]:
     month = parse_month(month) if month else previous_month()
     path = Path(posts_path) if posts_path else default_posts_path(settings.data_dir, month)
-    posts = load_posts(path)  # a bad file stops here, before the ledger is touched
+    # A bad file stops here, before the ledger is touched; a good one is read again, a chunk
+    # at a time, as the ledger learns it: the month is never held whole.
+    posts = check_posts(path)
     try:  # and so does a bad analysis, read once for the whole run
         settings = settings.fixed_analysis()
     except AnalysisError as exc:
@@ -146,7 +148,7 @@ def _monthly_posts(
 
 
 def process_month(
-    run: MonthRun, posts: list[Post], path: Path, poll: bool | None, resubmit: bool | None
+    run: MonthRun, posts: CheckedPosts, path: Path, poll: bool | None, resubmit: bool | None
 ) -> dict[str, Any]:
     """The month's work, in the order of the rules: what an earlier run left first, then the
     safe work, then one question about what needs a yes, then the month's batches."""

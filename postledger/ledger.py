@@ -8,7 +8,7 @@ a step does lives in its section; here it is only sequenced, and locked.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -142,11 +142,13 @@ class Ledger(LedgerReads):
     # --- input and planning ----------------------------------------------------------------
 
     def sync_posts(
-        self, month: str, posts: Sequence[Post], *, model: str, analysis: Analysis
+        self, month: str, posts: Iterable[Post], *, model: str, analysis: Analysis
     ) -> SyncReport:
         """Make the ledger know every post of the file and the analysis they are asked: new
         posts `pending`, unchanged ones as they were, changed ones (text, model or the
-        analysis, R25) back to `pending`."""
+        analysis, R25) back to `pending`. `posts` is read a chunk at a time (a month's file,
+        `read_posts`, is never held whole), all of it in one transaction: a file that turns
+        out bad on the way (InputError) leaves the ledger as it was."""
         with collector_paused(), self._write(month) as (session, moves):
             keep_analysis(session, analysis)
             return sync_posts(session, moves, month, posts, model=model, analysis=analysis)
@@ -158,10 +160,17 @@ class Ledger(LedgerReads):
             return planning.replan_unsent(session, moves, month)
 
     def plan(
-        self, month: str, *, max_posts: int, max_chars: int, max_attempts: int | None = None
+        self,
+        month: str,
+        *,
+        max_posts: int,
+        max_chars: int,
+        max_attempts: int | None = None,
+        keep_batches: bool = True,
     ) -> PlanReport:
         """Put every `pending` post into a new batch (R7); posts too long to send end `failed`,
-        and so do posts with no paid attempt left under `max_attempts` (R15)."""
+        and so do posts with no paid attempt left under `max_attempts` (R15). The report
+        lists the new batches unless `keep_batches` is false (a month's plan: only counted)."""
         with collector_paused(), self._write(month) as (session, moves):
             return planning.plan_pending(
                 session,
@@ -176,6 +185,7 @@ class Ledger(LedgerReads):
 
     def mark_running(
         self,
+                keep_batches=keep_batches,
         batch_id: str,
         upstream: str | None = None,
         *,

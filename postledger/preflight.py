@@ -14,12 +14,15 @@ from sqlalchemy.engine import make_url
 
 from postledger.analysis import AnalysisError
 from postledger.batches.posts import (
+    CheckedPosts,
     InputError,
     Post,
+    check_posts,
     default_posts_path,
     load_posts,
     parse_month,
     previous_month,
+    read_posts,
 )
 from postledger.errors import PostledgerError
 from postledger.guards.spend import unpriced_budget
@@ -42,6 +45,7 @@ from postledger.upstreams import UpstreamNotConfigured, check_configured, needs_
 __all__ = [
     "Adoption",
     "AnalysisError",
+    "CheckedPosts",
     "Coverage",
     "InputError",
     "NotReady",
@@ -49,6 +53,7 @@ __all__ = [
     "RecoveryAction",
     "RecoveryPlan",
     "adopt_orphans",
+    "check_posts",
     "check_ready",
     "coverage",
     "default_posts_path",
@@ -58,6 +63,7 @@ __all__ = [
     "parse_month",
     "previous_month",
     "problems_of",
+    "read_posts",
     "recovery_plan",
 ]
 

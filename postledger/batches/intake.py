@@ -1,10 +1,11 @@
 """The input file into the ledger: every post of it known, and changed input started over
 (R25), in the month's write transaction.
 
-A month is tens to hundreds of thousands of posts, and most runs find them all unchanged, so
-this is done in bulk: the known posts are read as plain rows (five columns, no ORM objects),
-new posts are inserted a chunk at a time as the file is read (on PostgreSQL by one COPY), and
-only the rare changed post is loaded as a record to be moved through the state machine. A
+A month is up to a million posts, and most runs find them all unchanged, so this is done in
+bulk and a chunk at a time as the file is read: each chunk's known posts are read as plain rows
+(five columns, no ORM objects) by their ids, its new posts are inserted at once (on PostgreSQL
+by one COPY), and only the rare changed post is loaded as a record to be moved through the
+state machine. A
 sync of an unchanged month writes nothing at all. A post whose own fields alone changed (its
 author, its source) keeps its work: only the fields are written, as the report shows them,
 never the fingerprint.
@@ -12,7 +13,7 @@ never the fingerprint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from sqlmodel import Session, col, select
 from postledger.analysis import Analysis, fields_version
 from postledger.analysis.default import DEFAULT_FIELDS_VERSION
 from postledger.batches.posts import InputDigest, Post, changed_parts, legacy_fingerprint
-from postledger.record.db import CHUNK, chunks, rows_into
+from postledger.record.db import CHUNK, chunks, insert_many
 from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
 from postledger.record.states import Transitions
 
@@ -35,77 +36,123 @@ class SyncReport:
     changed: int
 
 
+# Posts of the file per step: read, compared with the ledger and written together, so that a
+# sync holds a chunk of the month, never the month (a million posts are 1.8 GB as objects).
+SYNC_CHUNK = CHUNK
+
+
 def sync_posts(
     session: Session,
     moves: Transitions,
     month: str,
-    posts: Sequence[Post],
+    posts: Iterable[Post],
     *,
     model: str,
     analysis: Analysis,
 ) -> SyncReport:
     """New posts `pending`, unchanged ones as they were, changed ones (text, model or the
-    analysis) back to `pending`, with nothing of their old work (R25, R50)."""
-    table = PostRecord.__table__  # type: ignore[attr-defined]
-    c = table.c  # five columns: more than sqlmodel's `select` takes
-    known: dict[str, tuple[int, str, bool, str]] = {
-        post_id: (position, known_print, no_inputs, fields or "")
-        for post_id, position, known_print, no_inputs, fields in session.connection().execute(
-            sa_select(c.post_id, c.position, c.fingerprint, c.inputs.is_(None), c.fields).where(
-                c.month == month
+    analysis) back to `pending`, with nothing of their old work (R25, R50). `posts` is read a
+    chunk at a time (`SYNC_CHUNK`), each chunk compared with the ledger's rows of its own ids
+    and written before the next is read."""
+    c = PostRecord.__table__.c  # type: ignore[attr-defined]
+    # A month the ledger has never seen (its first run) has nothing to compare with.
+    knows_month = (
+        session.connection().execute(sa_select(c.post_id).where(c.month == month).limit(1)).first()
+        is not None
+    )
+    step = _SyncStep(session, moves, month, InputDigest(model, analysis), analysis, model)
+    chunk: list[Post] = []
+    for post in posts:
+        chunk.append(post)
+        if len(chunk) == SYNC_CHUNK:
+            step.sync(chunk, knows_month)
+            chunk = []
+    step.sync(chunk, knows_month)
+    return SyncReport(new=step.new, unchanged=step.unchanged, changed=step.changed)
+
+
+class _SyncStep:
+    """The sync of one chunk of the file after another, and what they found."""
+
+    def __init__(
+        self,
+        session: Session,
+        moves: Transitions,
+        month: str,
+        digest: InputDigest,
+        analysis: Analysis,
+        model: str,
+    ) -> None:
+        self._session, self._moves, self._month, self._digest = session, moves, month, digest
+        self._model, self._instructions = model, analysis.instructions
+        # Ledgers older than the fingerprint's parts knew only the built-in fields.
+        self._legacy = fields_version(analysis) == DEFAULT_FIELDS_VERSION
+        self._now = utcnow()
+        self.position = 0  # the next post's place in the file
+        self.new = self.unchanged = self.changed = 0
+
+    def _known(self, posts: list[Post]) -> dict[str, tuple[int, str, bool, str]]:
+        """The ledger's rows of these posts, as five plain columns (no ORM objects)."""
+        c = PostRecord.__table__.c  # type: ignore[attr-defined]
+        rows = (
+            self._session.connection()
+            .execute(
+                sa_select(c.post_id, c.position, c.fingerprint, c.inputs.is_(None), c.fields).where(
+                    c.month == self._month, c.post_id.in_([post.id for post in posts])
+                )
             )
+            .all()  # at once: iterated, SQLAlchemy fetches a row per call
         )
-    }
-    new: list[dict[str, Any]] = []  # inserted a chunk at a time: memory bounded by a chunk
-    new_ids: list[str] = []
-    moved: list[dict[str, Any]] = []  # unchanged posts whose line in the file moved
-    upgraded: list[dict[str, Any]] = []  # same work under the old digest: the new one kept
-    # Unchanged work whose own fields changed, or were never kept (synced before 0005).
-    refreshed: list[dict[str, Any]] = []
-    changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
-    unchanged = 0
-    now = utcnow()
-    digest = InputDigest(model, analysis)
-    # Ledgers older than the fingerprint's parts knew only the built-in fields.
-    legacy = fields_version(analysis) == DEFAULT_FIELDS_VERSION
-    # Nothing else is written until the new posts are: on PostgreSQL their COPY stays open
-    # while the file is read.
-    with rows_into(session.connection(), table) as insert_posts:
-        for position, post in enumerate(posts):
+        return {
+            post_id: (position, known_print, no_inputs, fields or "")
+            for post_id, position, known_print, no_inputs, fields in rows
+        }
+
+    def sync(self, posts: list[Post], knows_month: bool) -> None:
+        if not posts:
+            return
+        month, digest, now = self._month, self._digest, self._now
+        known = self._known(posts) if knows_month else {}
+        new: list[dict[str, Any]] = []
+        new_ids: list[str] = []
+        moved: list[dict[str, Any]] = []  # unchanged posts whose line in the file moved
+        upgraded: list[dict[str, Any]] = []  # same work under the old digest: the new one kept
+        # Unchanged work whose own fields changed, or were never kept (synced before 0005).
+        refreshed: list[dict[str, Any]] = []
+        changed: dict[str, tuple[int, Post, dict[str, str], str]] = {}
+        for position, post in enumerate(posts, start=self.position):
             parts, print_ = digest.of(post.text)
             if (row := known.get(post.id)) is None:
                 new.append(_new_row(month, post, position, print_, parts, now))
                 new_ids.append(post.id)
-                if len(new) == CHUNK:
-                    insert_posts(new)
-                    new = []
                 continue
             known_position, known_print, no_inputs, known_fields = row
             if (
-                legacy
+                self._legacy
                 and no_inputs
-                and known_print == legacy_fingerprint(post.text, model, analysis.instructions)
+                and known_print == legacy_fingerprint(post.text, self._model, self._instructions)
             ):
                 upgraded.append({"pid": post.id, "fingerprint": print_, "inputs": parts})
             elif known_print != print_:
                 changed[post.id] = (position, post, parts, print_)
                 continue
-            unchanged += 1
+            self.unchanged += 1
             if known_position != position:
                 moved.append({"pid": post.id, "position": position})
             if known_fields != post.fields:
                 refreshed.append({"pid": post.id, "fields": post.fields or None})
-        insert_posts(new)
-    moves.created_all(EntityKind.POST, new_ids, PostStatus.PENDING, "read from input")
-    where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
-    for chunk in chunks(moved):
-        session.connection().execute(update(table).where(where), chunk)
-    for chunk in chunks(upgraded):
-        session.connection().execute(update(table).where(where), chunk)
-    for chunk in chunks(refreshed):
-        session.connection().execute(update(table).where(where), chunk)
-    _start_over(session, moves, month, changed)
-    return SyncReport(new=len(new_ids), unchanged=unchanged, changed=len(changed))
+        self.position += len(posts)
+        connection = self._session.connection()
+        table = PostRecord.__table__  # type: ignore[attr-defined]
+        insert_many(connection, table, new)
+        self._moves.created_all(EntityKind.POST, new_ids, PostStatus.PENDING, "read from input")
+        where = (table.c.month == month) & (table.c.post_id == bindparam("pid"))
+        for rows in (moved, upgraded, refreshed):
+            for some in chunks(rows):
+                connection.execute(update(table).where(where), some)
+        _start_over(self._session, self._moves, month, changed)
+        self.new += len(new_ids)
+        self.changed += len(changed)
 
 
 def _new_row(
@@ -160,3 +207,5 @@ def _start_over(
                 session.add(record)
             else:
                 moves.post(record, PostStatus.PENDING, why)
+    if changed:
+        session.flush()  # the chunk's records written and let go: a sync holds no month of them

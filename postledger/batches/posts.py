@@ -1,7 +1,9 @@
 """Reading a month of posts from JSONL, with errors that say file, line and fix.
 
-Nothing here touches the ledger: the input is read and checked completely first, so a bad file
-leaves the ledger exactly as it was.
+Nothing here touches the ledger: the input is checked completely first (`check_posts`, one pass
+that keeps no post), so a bad file leaves the ledger exactly as it was; then it is read again,
+a post at a time (`read_posts`), into the ledger. A month of a million posts is 450 MB of
+text: it is never held whole.
 """
 
 from __future__ import annotations
@@ -10,49 +12,57 @@ import codecs
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
 
 from postledger.analysis import Analysis, fields_version
+from postledger.batches.post_lines import (
+    AN_OBJECT,
+    NUL,
+    Post,
+    Problem,
+    as_json,
+    input_fields,
+    parse_line,
+)
 from postledger.errors import PostledgerError
 from postledger.record.collector import collector_paused
+
+__all__ = [
+    "AN_OBJECT",
+    "NUL",
+    "CheckedPosts",
+    "InputError",
+    "Post",
+    "Problem",
+    "check_posts",
+    "input_fields",
+    "load_posts",
+    "read_posts",
+]
 
 MONTH_PATTERN = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 MAX_PROBLEMS_SHOWN = 20
 
 
-class Post(NamedTuple):
-    id: str
-    text: str
-    line: int  # 1-based line in the input file
-    # The line's other keys (author, source, …) as canonical JSON (`input_fields`), "" when it
-    # has none: kept for the report, never part of the fingerprint.
-    fields: str = ""
-
-
-@dataclass(frozen=True)
-class Problem:
-    line: int | None
-    what: str
-    fix: str
-
-
 class InputError(PostledgerError):
     """The posts file (or the month) cannot be used; the message lists every problem found."""
 
-    def __init__(self, source: str, problems: list[Problem]) -> None:
+    def __init__(self, source: str, problems: list[Problem], *, count: int | None = None) -> None:
+        """`count`: how many problems there are, when `problems` keeps only the first ones."""
         self.source = source
         self.problems = problems
+        self.count = max(count or 0, len(problems))
         shown = [
             f"{source}:{p.line}: {p.what} — {p.fix}" if p.line else f"{source}: {p.what} — {p.fix}"
             for p in problems[:MAX_PROBLEMS_SHOWN]
         ]
-        if len(problems) > MAX_PROBLEMS_SHOWN:
-            shown.append(f"… and {len(problems) - MAX_PROBLEMS_SHOWN} more problems")
+        if self.count > MAX_PROBLEMS_SHOWN:
+            shown.append(f"… and {self.count - MAX_PROBLEMS_SHOWN} more problems")
         super().__init__("\n".join(shown))
 
 
@@ -147,45 +157,133 @@ def changed_parts(old: dict[str, str] | None, new: dict[str, str]) -> str:
     return ", ".join(changed) or "fingerprint"
 
 
-def load_posts(path: Path) -> list[Post]:
-    """Every post of the file, in file order; raises InputError listing every problem (R32)."""
+@dataclass(frozen=True)
+class CheckedPosts:
+    """A posts file that `check_posts` found good: what a run needs of it, without its posts."""
+
+    path: Path
+    count: int  # posts in it
+    # The file as it was checked (size, modification time, inode): `read_posts` refuses a
+    # file changed since.
+    version: tuple[int, int, int]
+
+
+# Problems kept of a bad file (each of them counted): the message shows the first 20, and a
+# file of a million bad lines is not a million problems in memory.
+MAX_PROBLEMS_KEPT = 10_000
+
+
+# What a file's check keeps of an id: its hash (an int: a third of the memory of the id and
+# its line, 72 MB for a million ids).
+_id_key = hash
+
+
+def check_posts(path: Path) -> CheckedPosts:
+    """Read the whole file once and keep no post: raises InputError listing every problem
+    (R32), else says how many posts it holds. What it keeps of a post is the hash of its id,
+    to find ids given twice (a line whose id's hash was seen is looked at again, exactly)."""
     source = str(path)
-    if not path.is_file():
+    version = _version(path)
+    problems: list[Problem] = []
+    count = bad = 0
+    seen: set[int] = set()
+    again: dict[str, list[int]] = {}  # ids whose hash was seen before -> their lines
+    with collector_paused():
+        for number, raw in _lines(path):
+            if not raw.strip():
+                continue  # blank lines separate nothing in JSONL, but they hurt no one either
+            found: list[Problem] = []
+            post = parse_line(raw, number, found, fields=False)
+            if post is None:
+                bad += len(found)
+                problems += found[: MAX_PROBLEMS_KEPT - len(problems)]
+                continue
+            key = _id_key(post.id)
+            if key in seen:
+                again.setdefault(post.id, []).append(number)
+            else:
+                seen.add(key)
+                count += 1
+        seen.clear()
+        if again:  # rare: a file with ids given twice (or two ids of one hash)
+            duplicates, firsts = _duplicates(path, again)
+            count += firsts
+            bad += len(duplicates)
+            problems = sorted(problems + duplicates, key=lambda p: p.line or 0)
+    if not count and not bad:
+        problems.append(Problem(None, "the file holds no posts", "add one JSON object per line"))
+        bad = 1
+    if bad:
+        raise InputError(source, problems[:MAX_PROBLEMS_KEPT], count=bad)
+    return CheckedPosts(path, count, version)
+
+
+def _duplicates(path: Path, again: dict[str, list[int]]) -> tuple[list[Problem], int]:
+    """The lines that give an id of `again` a second time, each with the id's first line, and
+    how many of `again`'s lines were an id's first after all (another id had its hash)."""
+    first: dict[str, int] = {}
+    for number, raw in _lines(path):
+        post = parse_line(raw, number, [], fields=False) if raw.strip() else None
+        if post is not None and post.id in again and post.id not in first:
+            first[post.id] = number
+    problems = []
+    firsts = 0
+    for post_id, lines in again.items():
+        for number in lines:
+            if number == first[post_id]:
+                firsts += 1
+                continue
+            what = f"duplicate id {as_json(post_id)} (first on line {first[post_id]})"
+            problems.append(Problem(number, what, "give every post its own id"))
+    return problems, firsts
+
+
+def read_posts(checked: CheckedPosts) -> Iterator[Post]:
+    """The posts of a file `check_posts` found good, in file order, read as they are asked
+    for. A file changed since its check is refused (InputError) before its first post and
+    after its last, so a caller that writes what it reads in one transaction writes nothing
+    of a file that changed under it."""
+    source = str(checked.path)
+    changed = Problem(
+        None,
+        "the file changed since it was checked",
+        "leave it alone while a run reads it, and run again",
+    )
+    if not checked.path.is_file() or _version(checked.path) != checked.version:
+        raise InputError(source, [changed])
+    for number, raw in _lines(checked.path):
+        if not raw.strip():
+            continue
+        problems: list[Problem] = []
+        post = parse_line(raw, number, problems)
+        if post is None:
+            raise InputError(source, problems)
+        yield post
+    if _version(checked.path) != checked.version:
+        raise InputError(source, [changed])
+
+
+def load_posts(path: Path) -> list[Post]:
+    """Every post of a small file, in file order; raises InputError listing every problem
+    (R32). A month is read with `check_posts` and `read_posts`, never held whole."""
+    checked = check_posts(path)
+    with collector_paused():
+        return list(read_posts(checked))
+
+
+def _version(path: Path) -> tuple[int, int, int]:
+    """The file as it is now: its size, modification time and inode."""
+    source = str(path)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        stat = None
+    if stat is None or not path.is_file():
         raise InputError(
             source,
             [Problem(None, "no such file", "create it (one JSON object per line) or pass --posts")],
         )
-    with collector_paused():
-        return _read_posts(path, source)
-
-
-def _read_posts(path: Path, source: str) -> list[Post]:
-    posts: list[Post] = []
-    problems: list[Problem] = []
-    first_seen: dict[str, int] = {}
-    for number, raw in _lines(path):
-        if not raw.strip():
-            continue  # blank lines separate nothing in JSONL, but they hurt no one either
-        post = _parse_line(raw, number, problems)
-        if post is None:
-            continue
-        if post.id in first_seen:
-            problems.append(
-                Problem(
-                    number,
-                    f"duplicate id {_as_json(post.id)} (first on line {first_seen[post.id]})",
-                    "give every post its own id",
-                )
-            )
-            continue
-        first_seen[post.id] = number
-        posts.append(post)
-
-    if not posts and not problems:
-        problems.append(Problem(None, "the file holds no posts", "add one JSON object per line"))
-    if problems:
-        raise InputError(source, problems)
-    return posts
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -204,159 +302,3 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 problem = Problem(number, "the file is not UTF-8 text", "save the file as UTF-8")
                 raise InputError(source, [problem]) from None
             yield number, line.removesuffix("\n").removesuffix("\r")
-
-
-NUL = "\x00"
-AN_OBJECT = 'write one JSON object per line, e.g. {"id": "p1", "text": "…"}'
-
-
-def _parse_line(raw: str, number: int, problems: list[Problem]) -> Post | None:
-    item = _decode(raw, number, problems)
-    if item is None:
-        return None
-    post_id = _check_id(item, number, problems)
-    text = _check_text(item, number, problems)
-    if post_id is None or text is None:
-        return None
-    return Post(id=post_id, text=text, line=number, fields=input_fields(item))
-
-
-def input_fields(item: dict[str, object]) -> str:
-    """A line's keys other than "id" and "text", as one canonical text (sorted keys, no
-    spaces), so that an unchanged line gives the same text and the ledger is not written.
-    "" when there are none."""
-    other = {key: value for key, value in item.items() if key not in ("id", "text")}
-    if not other:
-        return ""
-    shown = _CANONICAL.encode(other)
-    if _lone_surrogate(shown) is None:
-        return shown
-    # A lone surrogate (from a "\ud800" escape) cannot be stored as UTF-8: escaped, it can.
-    return _CANONICAL_ASCII.encode(other)
-
-
-# Made once: `json.dumps` with options makes an encoder per call, 40 % of the time of a line.
-_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-_CANONICAL_ASCII = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-
-
-def _decode(raw: str, number: int, problems: list[Problem]) -> dict[str, object] | None:
-    try:
-        item = _DECODER.decode(raw)
-    except _NotJson as exc:
-        what = f"{exc} is not JSON (Python's json reads it, nothing else does)"
-        problems.append(Problem(number, what, "write null, a number or a string instead"))
-        return None
-    except json.JSONDecodeError as exc:
-        what = f"malformed JSON at column {exc.colno}: {_json_reason(exc.msg)}"
-        problems.append(Problem(number, what, AN_OBJECT))
-        return None
-    except ValueError:  # json reads at most 4300 digits of an integer
-        problems.append(
-            Problem(number, "unreadable JSON: a number with too many digits", AN_OBJECT)
-        )
-        return None
-    except RecursionError:
-        problems.append(Problem(number, "JSON nested too deeply to read", AN_OBJECT))
-        return None
-    if not isinstance(item, dict):
-        what = f"a JSON {_json_type(item)} instead of an object"
-        problems.append(Problem(number, what, AN_OBJECT))
-        return None
-    return item
-
-
-class _NotJson(ValueError):
-    """NaN, Infinity or -Infinity in a line."""
-
-
-def _not_json(constant: str) -> object:
-    raise _NotJson(constant)
-
-
-# Made once: `json.loads` with an option makes a decoder per call.
-_DECODER = json.JSONDecoder(parse_constant=_not_json)
-
-
-def _json_reason(msg: str) -> str:
-    """json's own words, minus the trailing "at" some of them end in (they expect a position
-    after them, which the message gives first)."""
-    reason = msg.removesuffix(" at").removesuffix(" starting")
-    return reason[:1].lower() + reason[1:]
-
-
-def _json_type(value: object) -> str:
-    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-    return names.get(type(value), "null")
-
-
-def _check_id(item: dict[str, object], number: int, problems: list[Problem]) -> str | None:
-    if "id" not in item:
-        problems.append(Problem(number, 'missing "id"', 'add "id": a unique, non-empty string'))
-        return None
-    value = item["id"]
-    if type(value) is int:  # a bool is an int to Python, but not an id
-        return str(value)
-    if not isinstance(value, str) or not value.strip():
-        fix = '"id" must be a non-empty string or integer'
-        problems.append(Problem(number, f'"id" is {_short(value)}', fix))
-        return None
-    if value != value.strip():
-        what = f'"id" is {_short(value)}, with spaces around it'
-        fix = "remove the spaces around the id: the report gives back the id exactly as written"
-        problems.append(Problem(number, what, fix))
-        return None
-    return value if _storable("id", value, number, problems) else None
-
-
-def _check_text(item: dict[str, object], number: int, problems: list[Problem]) -> str | None:
-    if "text" not in item:
-        problems.append(Problem(number, 'missing "text"', 'add "text": the post itself'))
-        return None
-    value = item["text"]
-    if not isinstance(value, str) or not value.strip():
-        fix = '"text" must be a non-empty string'
-        problems.append(Problem(number, f'"text" is {_short(value)}', fix))
-        return None
-    return value if _storable("text", value, number, problems) else None
-
-
-def _storable(field: str, value: str, number: int, problems: list[Problem]) -> bool:
-    """Whether the ledger can keep `value`: UTF-8 has no lone surrogates, and PostgreSQL's
-    text holds no NUL. Refused here, the whole file is refused before anything is written."""
-    if NUL in value:
-        what = f'"{field}" holds a NUL character (\\u0000) at character {value.index(NUL) + 1}'
-        fix = "remove it: the ledger cannot store it"
-        problems.append(Problem(number, what, fix))
-        return False
-    lone = _lone_surrogate(value)
-    if lone is not None:
-        at, code = lone
-        what = f'"{field}" holds a lone surrogate (\\u{code:04x}) at character {at + 1}'
-        fix = (
-            "a \\uD800-\\uDFFF escape must come in a high-low pair: write the character "
-            "itself, or fix or remove the escape"
-        )
-        problems.append(Problem(number, what, fix))
-        return False
-    return True
-
-
-def _lone_surrogate(value: str) -> tuple[int, int] | None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return exc.start, ord(value[exc.start])
-    return None
-
-
-def _as_json(value: object) -> str:
-    """`value` as it would be written in the file, readable (not ASCII-escaped) when it can be
-    printed at all."""
-    shown = json.dumps(value, ensure_ascii=False)
-    return shown if _lone_surrogate(shown) is None else json.dumps(value)
-
-
-def _short(value: object) -> str:
-    shown = _as_json(value)
-    return shown if len(shown) <= 40 else shown[:37] + "…"
