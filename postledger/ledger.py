@@ -23,8 +23,10 @@ from postledger.batches.output import OutputCheck
 from postledger.batches.planning import PlanReport
 from postledger.batches.posts import Post
 from postledger.defaults import SQLITE_BUSY_TIMEOUT, Price
+from postledger.failures import carry_out_many
 from postledger.failures.carry_out import carry_out
 from postledger.failures.policy import Decision
+from postledger.guards import chunk_sends
 from postledger.guards.approvals import Approvals
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.breaker_state import apply_signal, breaker_holds
@@ -35,7 +37,9 @@ from postledger.guards.charges import (
     budget_holds,
     settle,
 )
+from postledger.guards.chunk_sends import JobRoom
 from postledger.guards.spend import estimate, unpriced_budget
+from postledger.record import batch_chunks
 from postledger.record.analyses import keep_analysis
 from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, LedgerUnavailable, WriteLocks, create_schema, make_engine
@@ -58,6 +62,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthBusy, MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads
 from postledger.record.states import Transitions
+from postledger.settings import Limits
 
 # The façade, and what its callers name: the records' kinds, and the errors it raises.
 __all__ = [
@@ -179,13 +184,13 @@ class Ledger(LedgerReads):
                 max_posts=max_posts,
                 max_chars=max_chars,
                 max_attempts=max_attempts,
+                keep_batches=keep_batches,
             )
 
     # --- one batch's life ------------------------------------------------------------------
 
     def mark_running(
         self,
-                keep_batches=keep_batches,
         batch_id: str,
         upstream: str | None = None,
         *,
@@ -259,10 +264,50 @@ class Ledger(LedgerReads):
 
     # --- a submission: one upstream job, many batches (Batch APIs) ---------------------------
 
+    def mark_running_many(
+        self,
+        batch_ids: Sequence[str],
+        upstream: str | None = None,
+        *,
+        idempotent: bool = True,
+        price: Price | None = None,
+        prompt: str = "",
+        max_cost: int | None = None,
+        holder: str | None = None,
+        max_attempts: int | None = None,
+        room: JobRoom | None = None,
+    ) -> tuple[list[BatchRecord], BreakerHeld | BudgetHeld | None]:
+        """`mark_running` for a chunk of one month's batches, in order, in one transaction:
+        the same checks of the breaker and the budget before each, the same moves, events,
+        counts and possible charges. Stops at the first that may not start (why is returned;
+        it and those after it stay queued) or that the job has no `room` for. The posts are
+        read by one query and moved by one executemany (`batch_chunks`)."""
+        if max_cost is not None and price is None:
+            raise LedgerError(unpriced_budget("configured"))
+        with self._fenced(month_of(batch_ids[0]), holder) as (session, moves):
+            if upstream is not None:
+                self._locks.also(session, BREAKERS)
+            return chunk_sends.mark(
+                session,
+                moves,
+                batch_ids,
+                upstream,
+                idempotent=idempotent,
+                price=price,
+                prompt=prompt,
+                max_cost=max_cost,
+                holder=holder,
+                max_attempts=max_attempts,
+                room=room,
+            )
+
     def record_submission(self, submission: SubmissionRecord, *, holder: str | None = None) -> None:
         """Persist a submission of batches already marked running, before its upstream job is
         made (R3): a crash anywhere after this leaves a record to find the job by."""
         with self._fenced(submission.month, holder) as (session, moves):
+            # Read by one query and held: `record` then finds each batch in the session.
+            unread = ("request", "raw_output")  # long, and not needed here
+            _held = batch_chunks.load_batches(session, submission.batch_ids, unread=unread)
             submissions.record(session, moves, submission)
 
     def record_job_id(
@@ -282,6 +327,8 @@ class Ledger(LedgerReads):
         with self._fenced(month, holder) as (session, moves):
             found = session.get(SubmissionRecord, submission_id)
             assert found is not None  # submissions are never deleted
+            unread = ("request", "raw_output")  # as in `record_submission`
+            _held = batch_chunks.load_batches(session, found.batch_ids, unread=unread)
             taken = submissions.take_job_id(session, moves, found, job_id, file_id, adopted)
             if gateway is not None:
                 for batch_id in found.batch_ids:
@@ -303,6 +350,37 @@ class Ledger(LedgerReads):
             batch = self._batch(session, batch_id)
             why = "output saved, not yet validated"
             sending.receive(session, moves, batch, raw, usage, price, why)
+
+    def save_outputs(
+        self,
+        outputs: Sequence[tuple[str, str, dict[str, Any] | None]],
+        price: Price | None = None,
+        *,
+        holder: str | None = None,
+    ) -> None:
+        """`save_output` for a chunk of one month's batches (batch id, raw output, usage) in
+        one transaction: each output kept before anything of the chunk is checked (R4)."""
+        with self._fenced(month_of(outputs[0][0]), holder) as (session, moves):
+            chunk_sends.save(session, moves, outputs, price)
+
+    def finish_outputs(
+        self,
+        batch_ids: Sequence[str],
+        analysis: Analysis,
+        limits: Limits,
+        upstream: str | None,
+        *,
+        holder: str | None = None,
+    ) -> list[Decision]:
+        """`finish_from_output` for a chunk of one month's received batches in one
+        transaction: each saved output checked, decided by the same rules (R12, R13) and the
+        decision carried out, told to `upstream`'s breaker. A batch whose every post has a
+        valid item (the usual case) is completed by one executemany for the chunk; any other
+        goes through `carry_out` on its posts, in the same transaction."""
+        with self._fenced(month_of(batch_ids[0]), holder) as (session, moves):
+            if upstream is not None:
+                self._locks.also(session, BREAKERS)
+            return carry_out_many.finish(session, moves, batch_ids, analysis, limits, upstream)
 
     def apply(
         self,

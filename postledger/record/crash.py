@@ -3,7 +3,12 @@
 Each point sits between a ledger write and an upstream call. When POSTLEDGER_CRASH_AT names a
 point, the process exits there at once with `os._exit` — no `finally`, no flush, no cleanup —
 as a `kill -9` or a power cut would, so tests can prove a restart finishes from what was saved
-(R21–R26). Never set it in production.
+(R21–R26). With POSTLEDGER_CRASH_SKIP=N it passes the point N times first (a crash in the
+middle of a job's lines, not at the first). Never set it in production.
+
+On a Batch API a job's lines are settled a chunk at a time (`trip.settle.settle_outputs`):
+there `after_output` is before a chunk's outputs are saved, `during_validation` between
+saving them and deciding any of them, `after_completed` once the chunk's decisions are applied.
 """
 
 from __future__ import annotations
@@ -24,8 +29,14 @@ class CrashPoint(StrEnum):
     AFTER_COMPLETED = "after_completed"  # the batch's decision applied
 
 
+_passed: dict[CrashPoint, int] = {}
+
+
 def crash_point(point: CrashPoint) -> None:
     if os.environ.get("POSTLEDGER_CRASH_AT") == point.value:
+        _passed[point] = _passed.get(point, 0) + 1
+        if _passed[point] <= int(os.environ.get("POSTLEDGER_CRASH_SKIP") or 0):
+            return
         sys.stderr.write(f"postledger: crash point {point.value} reached: exiting now\n")
         sys.stderr.flush()
         os._exit(CRASH_EXIT_CODE)

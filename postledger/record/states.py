@@ -11,8 +11,25 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, Text, Update, bindparam, event, func, insert, literal, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Integer,
+    String,
+    Text,
+    Update,
+    any_,
+    bindparam,
+    cast,
+    event,
+    func,
+    insert,
+    literal,
+    true,
+    update,
+)
 from sqlalchemy import select as sql_select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Session, select
 
 from postledger.errors import PostledgerError
@@ -122,6 +139,17 @@ def _all_moved(moved: int, count: int, current: PostStatus, target: PostStatus) 
         )
 
 
+def any_of(connection: Connection, column: Any, values: Sequence[str]) -> ColumnElement[bool]:
+    """`column IN values`: on PostgreSQL as `= ANY` of one array parameter (an IN list of
+    thousands of parameters cost more to render and bind than the rows it named)."""
+    result: ColumnElement[bool]
+    if connection.dialect.name == "postgresql":
+        result = column == any_(bindparam(None, list(values), type_=ARRAY(String)))
+    else:
+        result = column.in_(values)
+    return result
+
+
 def post_can_move(current: PostStatus, target: PostStatus) -> bool:
     return target in POST_TRANSITIONS[current]
 
@@ -143,6 +171,10 @@ class Transitions:
         # Logged events reach the database with the session's next flush or commit.
         event.listen(session, "before_flush", self.write_events)
         event.listen(session, "before_commit", self.write_events)
+
+    @property
+    def month(self) -> str:
+        return self._month
 
     def post(
         self,
@@ -204,6 +236,101 @@ class Transitions:
             moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
             _all_moved(moved, len(rows), current, target)
 
+    def posts_with_values(
+        self,
+        current: PostStatus,
+        target: PostStatus,
+        rows: Sequence[Mapping[str, Any]],
+        columns: Sequence[str] = (),
+        *,
+        same: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Move many posts, all now `current`, to a `target` that is not failed: `posts_by_id`
+        for the chunk of batches a submission marks or settles at once. `rows`: each post's
+        `pid`, `why` and its own value of each of `columns` (a result); `same`: values set on
+        every one of them (an attempt counted: `attempts + 1`). With `columns`, one
+        executemany per chunk; without, one UPDATE per chunk, the posts named by an IN list.
+        A post not `current` any more fails the whole transaction."""
+        if not rows:
+            return
+        if not post_can_move(current, target):
+            raise IllegalTransition(EntityKind.POST, str(rows[0]["pid"]), current, target)
+        if target is P.FAILED:
+            raise ValueError("a failed post needs a failure kind: move it by `posts_by_id`")
+        self._log_posts(current, target, rows)
+        values: dict[str, Any] = {column: bindparam(column) for column in columns}
+        values.update(same or {})
+        connection = self._session.connection()
+        if columns and connection.dialect.name == "postgresql":
+            moved = sum(
+                self._move_unnested(connection, current, target, chunk, columns, same or {})
+                for chunk in chunks(rows)
+            )
+        elif columns:
+            statement = self._move(
+                current, target, _BOUND.pid, why=_BOUND.why, values=values, by_key=True
+            )
+            moved = sum(execute_many(connection, statement, chunk) for chunk in chunks(rows))
+        else:
+            table = PostRecord.__table__  # type: ignore[attr-defined]
+            moved = 0
+            for chunk in chunks(rows):
+                named = any_of(connection, table.c.post_id, [row["pid"] for row in chunk])
+                statement = self._move(current, target, None, why=None, values=values, by_key=True)
+                moved += int(connection.execute(statement.where(named)).rowcount)
+        _all_moved(moved, len(rows), current, target)
+
+    def _move_unnested(
+        self,
+        connection: Connection,
+        current: PostStatus,
+        target: PostStatus,
+        rows: Sequence[Mapping[str, Any]],
+        columns: Sequence[str],
+        same: Mapping[str, Any],
+    ) -> int:
+        """PostgreSQL: the rows' moves as one UPDATE joined to their values, each column one
+        array parameter (`unnest`): an executemany ran the statement once per post. Values
+        go as text, as the column's bind processor makes them, and are cast back."""
+        table = PostRecord.__table__  # type: ignore[attr-defined]
+        dialect = connection.dialect
+        arrays = [func.unnest(bindparam(None, [row["pid"] for row in rows], ARRAY(String)))]
+        for column in columns:
+            process = table.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+            texts = [row[column] if process is None else process(row[column]) for row in rows]
+            arrays.append(func.unnest(bindparam(None, texts, ARRAY(Text))))
+        given = sql_select(*(a.label(f"v{n}") for n, a in enumerate(arrays))).subquery()
+        values = {
+            column: cast(given.c[f"v{n}"], table.c[column].type)
+            for n, column in enumerate(columns, start=1)
+        }
+        statement = self._move(
+            current, target, given.c.v0, why=None, values={**same, **values}, by_key=True
+        )
+        return int(connection.execute(statement).rowcount)
+
+    def _log_posts(
+        self, current: PostStatus, target: PostStatus, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Log a bulk move of posts (`pid`, `why`), numbered in the rows' order, with one
+        stamp: what `_log` does per post, without a call per post."""
+        self._counts.moved(current, target, len(rows))
+        first, at = self._take_seq(len(rows)), utcnow()
+        month, entity = self._month, EntityKind.POST
+        self._events.extend(
+            {
+                "month": month,
+                "seq": seq,
+                "entity": entity,
+                "entity_id": row["pid"],
+                "from_status": current,
+                "to_status": target,
+                "why": row["why"],
+                "at": at,
+            }
+            for seq, row in enumerate(rows, start=first)
+        )
+
     def posts_into_batches(self, first_seq: int, last_seq: int, count: int) -> None:
         """Move the `count` pending posts that the month's batches `first_seq` to `last_seq`
         (just planned) name to `queued`, each into its batch: one UPDATE, logged by one
@@ -245,28 +372,37 @@ class Transitions:
         why: Any,
         failure: FailureKind | None = None,
         into: Any = None,
+        values: Mapping[str, Any] | None = None,
+        by_key: bool = False,
     ) -> Update:
         """The UPDATE that moves the month's post `post_id` (a column or a parameter) from
-        `current` to `target`, as `post` does for one record."""
+        `current` to `target`, as `post` does for one record; `values`: other columns set
+        with it (the caller's to change: an attempt, a result). `by_key`: the status is
+        compared as text, which no index serves, so that each post is found by its key:
+        PostgreSQL otherwise chose the month's index by status, and read every post of the
+        month in that state for each post moved (thousands of moves a submission)."""
         table = PostRecord.__table__  # type: ignore[attr-defined]
-        values: dict[str, object] = {
+        changes: dict[str, object] = {
+            **(values or {}),
             "status": target,
             "failure_kind": failure,
             "failure_reason": why if failure is not None else None,
             "updated_at": utcnow(),
         }
         if target is not P.WAITING:
-            values["not_before"] = None
+            changes["not_before"] = None
         if into is not None:
-            values["batch_id"] = into
+            changes["batch_id"] = into
         return (
             update(table)
             .where(
                 table.c.month == self._month,
-                table.c.post_id == post_id,
-                table.c.status == current,
+                true() if post_id is None else table.c.post_id == post_id,
+                cast(table.c.status, String) == current.name
+                if by_key
+                else table.c.status == current,
             )
-            .values(values)
+            .values(changes)
         )
 
     def batch(

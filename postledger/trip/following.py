@@ -20,7 +20,7 @@ from postledger.record.models import BatchRecord, BatchStatus
 from postledger.record.month_lease import MonthLost
 from postledger.trip.keeping import Trip
 from postledger.trip.outcome import BatchOutcome, LedgerFailed
-from postledger.trip.settle import settle
+from postledger.trip.settle import settle, settle_outputs
 from postledger.upstreams.calls import (
     Delivered,
     JobEnded,
@@ -119,21 +119,67 @@ def _settle_ended(
     task_id: str,
     outcomes: dict[str, BatchOutcome],
 ) -> None:
-    """Each batch whose line holds a verdict settled from it. If the month was lost to
-    another run on the way, the outputs read and not yet saved are spilled for it."""
+    """Each batch whose line holds a verdict settled from it, in the job's order: a run of
+    delivered lines a chunk at a time (`settle_outputs`), any other line alone. If the month
+    was lost to another run on the way, the outputs read and not yet saved are spilled for
+    it."""
     verdicts = [
         (batch_id, line)
         for batch_id, line in ended.lines.items()
         if batch_id in pending and not isinstance(line, NoVerdict)
     ]
-    for index, (batch_id, line) in enumerate(verdicts):
+    done = 0  # the verdicts settled, or kept in the spill file
+    try:
+        while done < len(verdicts):
+            chunk = _delivered_chunk(pending, verdicts[done : done + SETTLE_CHUNK])
+            if len(chunk) < BULK_FROM:
+                batch_id, line = verdicts[done]
+                done += 1  # its output, if any, is saved or spilled by the step itself
+                outcomes[batch_id] = _settled(trip, pending[batch_id], line, task_id)
+            else:
+                done += len(chunk)
+                outcomes.update(_settled_chunk(trip, chunk, task_id))
+    except MonthLost:
+        for later_id, later in verdicts[done:]:
+            if isinstance(later, Delivered):
+                trip.spill_output(later_id, task_id, later)
+        raise
+
+
+# Delivered lines settled together, at most; fewer than BULK_FROM in a row, one at a time.
+SETTLE_CHUNK = 250
+BULK_FROM = 2
+
+
+def _delivered_chunk(
+    pending: dict[str, BatchRecord], verdicts: Sequence[tuple[str, object]]
+) -> list[tuple[BatchRecord, Delivered]]:
+    """The delivered lines at the head of `verdicts`, with their batches."""
+    chunk = []
+    for batch_id, line in verdicts:
+        if not isinstance(line, Delivered):
+            break
+        chunk.append((pending[batch_id], line))
+    return chunk
+
+
+def _settled_chunk(
+    trip: Trip, chunk: list[tuple[BatchRecord, Delivered]], task_id: str
+) -> dict[str, BatchOutcome]:
+    """A chunk of delivered lines settled together; if the ledger failed before any of
+    their outputs was saved, one at a time (each saved, or else spilled, R20)."""
+    settled = settle_outputs(trip, chunk, task_id)
+    if settled is not None:
+        return settled
+    outcomes: dict[str, BatchOutcome] = {}
+    for index, (batch, line) in enumerate(chunk):
         try:
-            outcomes[batch_id] = _settled(trip, pending[batch_id], line, task_id)
-        except MonthLost:
-            for later_id, later in verdicts[index + 1 :]:
-                if isinstance(later, Delivered):
-                    trip.spill_output(later_id, task_id, later)
+            outcomes[batch.batch_id] = _settled(trip, batch, line, task_id)
+        except MonthLost:  # its own output is spilled; so are the rest of the chunk's
+            for later, later_line in chunk[index + 1 :]:
+                trip.spill_output(later.batch_id, task_id, later_line)
             raise
+    return outcomes
 
 
 def _settled(
@@ -162,3 +208,4 @@ def _missing(batch_ids: list[str]) -> NoVerdict:
         NoVerdictReason.RESULTS_INCOMPLETE,
         f"the job's results have no line for {len(batch_ids)} of its batches",
     )
+

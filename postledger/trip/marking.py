@@ -58,26 +58,75 @@ def mark_for_job(
     trip: Trip, batch_ids: Sequence[str]
 ) -> tuple[list[BatchRecord], BatchOutcome | None]:
     """Mark the batches running in start order while the job has room; stop at the first
-    that may not start (it, and those after it, stay queued: nothing was paid)."""
-    settings = trip.settings
-    facts = trip.port.facts
-    most_lines, most_bytes = facts.most_batches_per_job, facts.most_bytes_per_job
-    next_line = (
-        _BYTES_PER_CHAR * settings.max_batch_chars
-        + 2 * len(settings.analysis_in_use().request_text.encode())
-        + _LINE_OVERHEAD
-    )
+    that may not start (it, and those after it, stay queued: nothing was paid). A chunk of
+    them at a time, in one transaction each (`Ledger.mark_running_many`)."""
+    wanted = batch_ids[: trip.port.facts.most_batches_per_job]
+    room = _Room(trip)
     marked: list[BatchRecord] = []
-    size = 0
-    for batch_id in batch_ids[:most_lines]:
-        if marked and size + next_line > most_bytes:
-            break
-        batch = mark_sent(trip, batch_id)
-        if not isinstance(batch, BatchRecord):
-            return marked, batch
-        marked.append(batch)
-        size += request_bytes(settings, batch.batch_id, posts_of(batch))  # as it will be sent
+    for start in range(0, len(wanted), MARK_CHUNK):
+        chunk = wanted[start : start + MARK_CHUNK]
+        started, not_started = _mark_chunk(trip, chunk, room)
+        marked += started
+        if not_started is not None or len(started) < len(chunk):
+            return marked, not_started
     return marked, None
+
+
+# Batches marked in one transaction, at most.
+MARK_CHUNK = 250
+
+
+def _mark_chunk(
+    trip: Trip, chunk: Sequence[str], room: _Room
+) -> tuple[list[BatchRecord], BatchOutcome | None]:
+    """What `mark_sent` does for each batch of the chunk, in one transaction; a failure of
+    the transaction leaves the whole chunk queued, and is its first batch's outcome."""
+    settings = trip.settings
+    try:
+        check_configured(settings)  # a batch is never marked running for nothing
+        started, held = trip.ledger.mark_running_many(
+            chunk,
+            settings.breaker_name(),
+            idempotent=trip.port.facts.honours_keys,
+            price=settings.price(),
+            prompt=settings.analysis_in_use().request_text,
+            max_cost=settings.max_cost,
+            holder=trip.holder,
+            max_attempts=settings.max_attempts,
+            room=room,
+        )
+    except (UpstreamNotConfigured, MonthLost) as exc:
+        return [], StopsRun(chunk[0], BatchStatus.QUEUED, "not sent", str(exc))
+    except LedgerUnavailable as exc:  # no record, no call (R20)
+        return [], LedgerFailed(chunk[0], BatchStatus.QUEUED, str(exc))
+    if isinstance(held, BreakerHeld):
+        return started, HeldByBreaker(chunk[len(started)], held.reason)
+    if isinstance(held, BudgetHeld):
+        return started, OverBudget(chunk[len(started)], held.reason)
+    return started, None
+
+
+class _Room:
+    """The room left in a job's file (`JobRoom`): the first batch always fits; each later one
+    if the job's bytes so far, and room for its line at its largest, are within the limit."""
+
+    def __init__(self, trip: Trip) -> None:
+        self._settings = settings = trip.settings
+        self._most_bytes = trip.port.facts.most_bytes_per_job
+        self._next_line = (
+            _BYTES_PER_CHAR * settings.max_batch_chars
+            + 2 * len(settings.analysis_in_use().request_text.encode())
+            + _LINE_OVERHEAD
+        )
+        self._size = 0
+        self._taken = 0
+
+    def fits(self) -> bool:
+        return not self._taken or self._size + self._next_line <= self._most_bytes
+
+    def took(self, batch: BatchRecord) -> None:
+        self._taken += 1
+        self._size += request_bytes(self._settings, batch.batch_id, posts_of(batch))  # as sent
 
 
 def posts_of(batch: BatchRecord) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ alone and for each batch of a submission:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -80,6 +81,49 @@ def settle_output(
     crash_point(CrashPoint.AFTER_COMPLETED)
     trip.log.info("%s: %s", batch.batch_id, decision.why)
     return outcome_of(batch.batch_id, decision, trip.ledger_failure)
+
+
+def settle_outputs(
+    trip: Trip, lines: Sequence[tuple[BatchRecord, Delivered]], task_id: str | None
+) -> dict[str, BatchOutcome] | None:
+    """A chunk of a job's delivered lines settled as `settle_output` settles one, in two
+    transactions: every output of the chunk saved (R4), then each checked and its decision
+    applied. None: the ledger failed and saved nothing of the chunk; the caller settles its
+    lines one at a time (each output saved, or else spilled). A month lost to another run
+    before the outputs were saved: they are spilled for it, and `MonthLost` raised."""
+    settings = trip.settings
+    crash_point(CrashPoint.AFTER_OUTPUT)
+    outputs = [(batch.batch_id, line.output, line.usage) for batch, line in lines]
+    try:
+        trip.ledger.save_outputs(outputs, settings.price(), holder=trip.holder)
+    except LedgerUnavailable as exc:
+        trip.log.error("%d outputs: the ledger could not be written: %s", len(lines), exc)
+        return None
+    except MonthLost as exc:
+        for batch, line in lines:  # paid for and delivered: the next run imports them
+            trip.spill_output(batch.batch_id, task_id, line)
+        trip.log.error("%d outputs kept in the spill file: %s", len(lines), exc)
+        trip.lost = trip.lost or exc
+        raise
+    crash_point(CrashPoint.DURING_VALIDATION)  # every output of the chunk saved, none decided
+    batch_ids = [batch.batch_id for batch, _ in lines]
+    try:
+        decisions = trip.ledger.finish_outputs(
+            batch_ids,
+            settings.analysis_in_use(),
+            settings.limits(),
+            settings.breaker_name(),
+            holder=trip.holder,
+        )
+    except LedgerUnavailable as exc:  # the outputs are saved: the next run checks them (R21)
+        trip.failed_to_write(exc)
+        return {b: LedgerFailed(b, BatchStatus.RECEIVED, str(exc)) for b in batch_ids}
+    crash_point(CrashPoint.AFTER_COMPLETED)
+    outcomes: dict[str, BatchOutcome] = {}
+    for batch_id, decision in zip(batch_ids, decisions, strict=True):
+        trip.log.info("%s: %s", batch_id, decision.why)
+        outcomes[batch_id] = outcome_of(batch_id, decision, trip.ledger_failure)
+    return outcomes
 
 
 def settle_create_failure(
