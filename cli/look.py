@@ -45,7 +45,12 @@ def status(
     # this needs, and it answers in a fraction of a second.
     from postledger.defaults import ledger_url
     from postledger.progress.status import status
-    from postledger.progress.tables import failed_posts_table, failures_table, status_table
+    from postledger.progress.tables import (
+        failed_posts_table,
+        failures_table,
+        jobs_table,
+        status_table,
+    )
     from postledger.record.figures import failed_posts
     from postledger.record.plain import database_url_from_environment
 
@@ -63,6 +68,8 @@ def status(
             sys.stdout.write(json.dumps(report, indent=2) + "\n")
             return
         out.print(status_table(report))
+        if (jobs := jobs_table(report)) is not None:
+            out.print(jobs)
         if (table := failures_table(report)) is not None:
             out.print(table)
         if failed:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from postledger.ledger import Ledger
@@ -79,7 +80,9 @@ class ProgressLines:
                 f"completed, {report['failed']} failed), {report['counts']['running']} "
                 f"running, {elapsed}"
             )
-        self._console.print(line, highlight=False)
+            # A Batch API job: what its upstream last counted, said to be its own counts.
+            line += "".join(f"\n  {job['said']}" for job in report.get("upstream_jobs", []))
+        self._console.print(line, highlight=False, markup=False)
 
 
 @contextmanager
@@ -114,6 +117,10 @@ def progress_bar(
                 f"{report['completed']} completed, {report['failed']} failed, "
                 f"{report['counts']['running']} running"
             )
+            for job in report.get(
+                "upstream_jobs", []
+            ):  # a Batch API job, as its upstream counts it
+                detail += f"; {escape(job['short'])}"
             if (question := ledger.approvals.waiting(month)) is not None:
                 # In full above the bar, once: the bar's line is cut at the terminal's width.
                 if question.id not in told:

@@ -1,7 +1,9 @@
 """The month in the Prefect UI, as artifacts computed from the ledger alone (R27, R28).
 
 Keys are stable per month, so the runs of a month add versions to the same three artifacts:
-`postledger-YYYY-MM-progress` (share of posts completed, one version per run),
+`postledger-YYYY-MM-progress` (share of posts completed, and on a Batch API the counts its
+running jobs last reported: a new version as batches end, and at least every
+`progress_every` seconds while work is in flight),
 `postledger-YYYY-MM-failures` (failed posts by kind, with a reason and how to continue: a new
 version only when that changed, in this run or since the month's last run) and, at the end,
 `postledger-YYYY-MM-summary` (one version per run).
@@ -98,13 +100,17 @@ def latest_shown(key: str) -> Shown | None:
 
 
 def progress_words(ledger: Ledger, report: dict[str, Any], settings: Settings) -> str:
-    """The progress artifact's description: posts, spend in currency units, and, while a run
-    of the month is paused, what it asks, what each answer costs and how to answer."""
+    """The progress artifact's description: posts, spend in currency units, each upstream job
+    still running (the counts its upstream last reported, its age and window), and, while a
+    run of the month is paused, what it asks, what each answer costs and how to answer."""
     month = report["month"]
     words = f"The analysis {settings.analysis_in_use().said()}: "
     words += f"{report['completed']} of {report['total']} posts completed; " + spend_words(
         ledger.spend_totals(month), simulated=settings.simulated()
     )
+    for job in report.get("upstream_jobs") or []:
+        # A Batch API job: the upstream's own counts, said to be so, its age and window.
+        words += f". {job['said'][0].upper()}{job['said'][1:]}"
     question = ledger.approvals.waiting(month)
     if question is not None:
         asks, answer_with = what_is_asked(question.kind, month)
@@ -129,6 +135,8 @@ class MonthArtifacts:
         self._failures_shown: Shown | None = None
         self._last = 0.0
         self._started = time.monotonic()
+        # The running jobs and their counts as the latest progress version shows them.
+        self._jobs_shown: list[tuple[str | None, Any]] = []
 
     def update(self, *, force: bool = False) -> None:
         """Publish progress and failures, unless the last update was a moment ago. Showing is
@@ -151,7 +159,14 @@ class MonthArtifacts:
                 return
             share = completed_share(report)
             detail = progress_words(self._ledger, report, self._settings)
-            if self._progress_id is None:
+            # Running jobs whose counts moved since the last version (or that ended) make a
+            # new version, so that the UI keeps how a job went; anything else updates the one
+            # shown.
+            jobs = [(j["job_id"], j["upstream_counts"]) for j in report.get("upstream_jobs", [])]
+            counted = any(counts for _, counts in [*jobs, *self._jobs_shown])
+            moved = counted and jobs != self._jobs_shown
+            self._jobs_shown = jobs
+            if self._progress_id is None or moved:
                 made = create_progress_artifact(
                     share, key=artifact_key(self._month, "progress"), description=detail
                 )

@@ -76,8 +76,9 @@ def run_until_done(
     """Returns why the run had to stop early, if it had to. `polls`: interrupted batches whose
     upstream task is to be polled (a person said yes, R23); `resends`: interrupted batches a
     submission carried, to be sent again by that submission (a person said yes, R24); they go
-    first. `on_progress` is called whenever batches have ended. `holder`: this run's claim on
-    the month."""
+    first. `on_progress` is called whenever batches have ended, and at least every
+    `progress_every` seconds while any is in flight. `holder`: this run's claim on the
+    month."""
     with BatchRuns(settings, ledger_url, holder) as runs:
         dispatch = Dispatch(ledger, month, settings, runs, list(polls or []), on_progress)
         dispatch.to_resend = list(resends or [])
@@ -104,6 +105,10 @@ class Dispatch:
         self.phase: Phase = Sending()
         self.crashed: set[str] = set()  # not started again in this run: it would break again
         self.progressed = False  # batches ended since the progress was last shown
+        # While work is in flight the progress is shown again at least this often: a Batch
+        # API job runs for hours with no batch ending, and its upstream's counts move.
+        self.show_every = settings.progress_every
+        self.next_show = time.monotonic() + self.show_every
         self.logger = get_run_logger()
 
     def run(self) -> str | None:
@@ -111,8 +116,12 @@ class Dispatch:
             if (why := stop_asked()) is not None:
                 self.stop(f"{why}. What is left waits for the next run of {self.month}")
             self.start_what_may_start()
-            if self.progressed and self.on_progress is not None:
-                self.on_progress()  # after the next batches are on their way, not before
+            due = bool(self.runs.in_flight) and time.monotonic() >= self.next_show
+            if (self.progressed or due) and self.on_progress is not None:
+                # After the next batches are on their way, not before; when it is due, even
+                # if it was shown a moment ago.
+                self.on_progress(force=due)
+                self.next_show = time.monotonic() + self.show_every
             self.progressed = False
             if self.runs.in_flight:
                 self.take_back(self.runs.wait_ended(timeout=self.patience()))
@@ -217,7 +226,10 @@ class Dispatch:
     def patience(self) -> float:
         """How long to wait for the next end before looking at the ledger again."""
         checking = isinstance(self.phase, Sending) and self.phase.checking is not None
-        return MIN_NAP_SECONDS if checking else MAX_NAP_SECONDS
+        wait = MIN_NAP_SECONDS if checking else MAX_NAP_SECONDS
+        if self.on_progress is not None:  # and no later than the progress is due again
+            wait = min(wait, max(self.next_show - time.monotonic(), MIN_NAP_SECONDS))
+        return wait
 
     def take_back(self, ended: list[Ended]) -> None:
         for end in ended:

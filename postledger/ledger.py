@@ -39,10 +39,11 @@ from postledger.guards.charges import (
 )
 from postledger.guards.chunk_sends import JobRoom
 from postledger.guards.spend import estimate, unpriced_budget
-from postledger.record import batch_chunks
+from postledger.record import batch_chunks, counts_seen
 from postledger.record.analyses import keep_analysis
 from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, LedgerUnavailable, WriteLocks, create_schema, make_engine
+from postledger.record.job_counts import JobCounts
 from postledger.record.migrate import check_current, current_revision
 from postledger.record.models import (
     Answer,
@@ -334,6 +335,25 @@ class Ledger(LedgerReads):
                 for batch_id in found.batch_ids:
                     gateway.book(session, moves, self._batch(session, batch_id))
             return taken
+
+    def keep_job_counts(
+        self,
+        month: str,
+        job_id: str,
+        counts: JobCounts,
+        *,
+        seen_at: datetime | None = None,
+        holder: str | None = None,
+    ) -> bool:
+        """The counts a running job's upstream last reported, on its submission, and when
+        they were seen (default: now): only shown (`postledger status`, the progress), never
+        decided from, so no event. One UPDATE, fenced by `holder` in its own WHERE: False
+        when nothing was written (the job's id is not on a submission of the month, or
+        another run holds the month now)."""
+        with self._write(month) as (session, _):
+            return counts_seen.keep_counts(
+                session, month, job_id, counts, seen_at or utcnow(), holder
+            )
 
     def save_output(
         self,

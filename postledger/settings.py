@@ -165,6 +165,13 @@ class Settings(BaseSettings):
     task_deadline: float = Field(
         default=3600.0, gt=0, description="give up waiting for one upstream task after this"
     )
+    progress_every: float = Field(
+        default=60.0,
+        gt=0,
+        description="Batch APIs: seconds between two looks at a running job's counts (kept in "
+        "the ledger for `postledger status`) and between two refreshes of the progress "
+        "artifact while work is in flight",
+    )
 
     # --- batches (R7, R8) ---
     max_batch_posts: int = Field(default=25, ge=1)

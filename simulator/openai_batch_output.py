@@ -10,6 +10,7 @@ expired or cancelled, for the requests that ran.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -68,11 +69,27 @@ def batch_body(state: OpenAIState, batch: SimBatch) -> dict[str, Any]:
         "failed_at": stamp if status == "failed" else None,
         "expired_at": stamp if status == "expired" else None,
         "cancelled_at": stamp if status == "cancelled" else None,
-        "request_counts": batch.counts
-        or {"total": len(batch.requests), "completed": 0, "failed": 0},
+        "request_counts": batch.counts or running_counts(batch, now),
         "metadata": batch.metadata,
     }
     return {name: value for name, value in body.items() if value is not None}
+
+
+def running_counts(batch: SimBatch, now: float) -> dict[str, int]:
+    """A batch's `request_counts` before it ended: its requests end one after another, evenly
+    over the time it runs (after its tenth of the latency validating), in their order, as
+    OpenAI's counts rise while a batch is in progress. The last one ends with the batch."""
+    total, task = len(batch.requests), batch.task
+    running_from = task.created + (task.done_at - task.created) / 10
+    if math.isinf(task.done_at) or now <= running_from:
+        ended = 0  # validating, or held: nothing has run yet
+    else:
+        ended = min(total, int(total * (now - running_from) / (task.done_at - running_from)))
+    failed = sum(
+        custom_id == batch.failed_request or custom_id in batch.refused
+        for custom_id, _ in batch.requests[:ended]
+    )
+    return {"total": total, "completed": ended - failed, "failed": failed}
 
 
 def finish_batch(state: OpenAIState, batch: SimBatch, status: str) -> None:

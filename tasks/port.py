@@ -78,7 +78,12 @@ class PrefectPort:
         return made
 
     async def wait_job(
-        self, submission_id: str, job_id: str, batch_ids: Sequence[str], seconds: float
+        self,
+        submission_id: str,
+        job_id: str,
+        batch_ids: Sequence[str],
+        seconds: float,
+        poll_from: float = 0.0,
     ) -> JobLook:
         seen: JobLook = await self._read(
             wait_for_upstream_job,
@@ -86,6 +91,7 @@ class PrefectPort:
             job_id,
             batch_ids,
             seconds,
+            poll_from,
             self._settings,
             self._ledger_url,
             self._holder,

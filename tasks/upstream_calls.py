@@ -156,6 +156,7 @@ async def wait_for_upstream_job(
     job_id: str,
     batch_ids: Sequence[str],
     seconds: float,
+    poll_from: float,
     settings: Settings,
     ledger_url: str,
     holder: str | None = None,
@@ -170,7 +171,7 @@ async def wait_for_upstream_job(
             batch_ids,
             seconds,
             clock=REAL_CLOCK,
-            poll_interval=settings.poll_interval,
+            poll_interval=max(settings.poll_interval, poll_from),
         )
 
 

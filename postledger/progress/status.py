@@ -10,6 +10,7 @@ from postledger.defaults import BUNDLED_SIMULATOR, backend_of, sqlite_file
 from postledger.failures.hints import CONTINUE_HINTS
 from postledger.guards.breaker import advice
 from postledger.guards.spend import money
+from postledger.progress.jobs import jobs_report
 from postledger.record import figures, rows
 from postledger.record.kinds import Answer, BatchStatus, BreakerLevel, PostStatus, Question, utcnow
 from postledger.record.plain import Reader
@@ -66,6 +67,9 @@ def _progress(reader: Reader, month: str, counts: dict[PostStatus, int]) -> dict
         "completed": counts[PostStatus.COMPLETED],
         "failed": counts[PostStatus.FAILED],
         "unfinished": sum(counts[s] for s in UNFINISHED),
+        # Batch APIs: each upstream job still running, with the counts its upstream last
+        # reported (its own, not saved results), its age and its window.
+        "upstream_jobs": jobs_report(reader, month),
         "failures": [
             {
                 "kind": group.kind.value if group.kind else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from postledger.guards.spend import money
@@ -40,6 +41,19 @@ def status_table(report: dict[str, Any]) -> Table:
         table.add_section()
         table.add_row("[yellow]paused[/]", f"[yellow]{waiting['asks']}[/]")
         table.add_row("answer with", waiting["answer_with"])
+    return table
+
+
+def jobs_table(report: dict[str, Any]) -> Table | None:
+    """The month's upstream jobs still running (Batch APIs): the counts their upstream last
+    reported, which are its own and not results saved here, each job's age and its window."""
+    jobs = report.get("upstream_jobs") or []
+    if not jobs:
+        return None
+    table = Table(title="upstream jobs running (the upstream's counts, not saved results)")
+    table.add_column("job", overflow="fold")
+    for job in jobs:
+        table.add_row(escape(job["said"]))
     return table
 
 

@@ -191,6 +191,11 @@ class SubmissionRecord(SQLModel, table=True):
     upstream_job_id: str | None = None
     file_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+    # The upstream's own count of the job's requests by state, the last time a look saw it
+    # running (`postledger.record.job_counts.JobCounts`), and when: only shown, never decided
+    # from (migration 0015).
+    upstream_counts: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    counts_seen_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
 
 
 class EventRecord(SQLModel, table=True):

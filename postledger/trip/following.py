@@ -79,9 +79,12 @@ async def follow(
     backoff = Backoff(settings.request_backoff, settings.rate_limit_max_wait)
     problem: NoVerdict | None = None
     while pending and (remaining := give_up - clock.monotonic()) > 0:
-        seen = await look(list(pending), remaining)
+        seen = await look(list(pending), _look_for(trip, remaining))
         if isinstance(seen, Running):
             problem = None  # the upstream answers: a later lack of verdict is our deadline
+            if seen.counts is not None:  # a job's own counts: kept to be shown, nothing more
+                month = next(iter(pending.values())).month
+                trip.keep_job_counts(month, task_id, seen.counts)
             continue
         if isinstance(seen, Unknown):
             for batch in pending.values():
@@ -209,3 +212,11 @@ def _missing(batch_ids: list[str]) -> NoVerdict:
         f"the job's results have no line for {len(batch_ids)} of its batches",
     )
 
+
+def _look_for(trip: Trip, remaining: float) -> float:
+    """How long one look may wait: a job (Batch API) for at most `progress_every` seconds, so
+    that its counts are kept at least that often while it runs (a look returns `Running`
+    when its time is up); a task, until our deadline."""
+    if trip.port.facts.carries_many:
+        return min(remaining, trip.settings.progress_every)
+    return remaining

@@ -11,7 +11,7 @@ the same write (R23, R42).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import Logger, LoggerAdapter
 from typing import Any
@@ -25,6 +25,7 @@ from postledger.record.month_lease import MonthLost
 from postledger.settings import Settings
 from postledger.trip.port import REAL_CLOCK, Clock, UpstreamPort
 from postledger.upstreams.calls import Delivered
+from postledger.upstreams.job_counts import job_counts
 
 RunLogger = Logger | LoggerAdapter[Any]
 
@@ -101,6 +102,18 @@ class Trip:
                 self._spill_id(batch, job_id, retries)
             self.log.error("%s: job id %s kept in the spill file: %s", submission_id, job_id, exc)
             self._carry_on(exc)
+
+    def keep_job_counts(self, month: str, job_id: str, raw: Mapping[str, int]) -> None:
+        """The counts a running job reported (`request_counts`), normalized and written on
+        its submission for `postledger status` and the progress to show. Only a display:
+        a write that fails is logged and the trip goes on, as if it had not been tried."""
+        counts = job_counts(self.settings.upstream_kind, raw)
+        if counts is None:
+            return
+        try:
+            self.ledger.keep_job_counts(month, job_id, counts, holder=self.holder)
+        except Exception as exc:  # the counts are only shown: never worth failing a batch
+            self.log.warning("%s: the upstream's counts could not be kept: %s", job_id, exc)
 
     def _spill_id(self, batch: BatchRecord, task_id: str, retries: int) -> None:
         facts: dict[str, Any] = {"task_id": task_id}

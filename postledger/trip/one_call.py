@@ -88,9 +88,10 @@ async def wait_for_job(
     clock: Clock,
     poll_interval: float,
 ) -> JobLook:
-    """Look at a job until it ends, a look gives no verdict, or `seconds` pass."""
+    """Look at a job until it ends, a look gives no verdict, or `seconds` pass; the wait
+    between looks grows from `poll_interval` up to the upstream's longest."""
     give_up = clock.monotonic() + seconds
-    interval = poll_interval
+    interval = min(poll_interval, upstream.max_poll_interval or poll_interval)
     while True:
         look = await upstream.look_job(job_id, batch_ids)
         if not isinstance(look, Running) or clock.monotonic() >= give_up:

@@ -53,10 +53,16 @@ class UpstreamPort(Protocol):
         ...
 
     async def wait_job(
-        self, submission_id: str, job_id: str, batch_ids: Sequence[str], seconds: float
+        self,
+        submission_id: str,
+        job_id: str,
+        batch_ids: Sequence[str],
+        seconds: float,
+        poll_from: float = 0.0,
     ) -> JobLook:
         """Look at the job until it ends or `seconds` pass: ended (each batch's line), or no
-        verdict, as soon as one look gives either."""
+        verdict, as soon as one look gives either. `poll_from`: the wait between two looks to
+        start from (a job followed for long is looked at less often)."""
         ...
 
     async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:

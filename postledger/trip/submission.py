@@ -216,8 +216,14 @@ async def _follow_job(
     job_id: str,
     outcomes: dict[str, BatchOutcome],
 ) -> None:
+    started = trip.clock.monotonic()
+
     async def look(batch_ids: Sequence[str], seconds: float) -> JobLook:
-        return await trip.port.wait_job(submission_id, job_id, batch_ids, seconds)
+        # A look lasts a minute at most (the counts are kept between two), so the wait
+        # between polls starts again from how long the job has been followed: about as
+        # often as one long look would poll it.
+        waited = trip.clock.monotonic() - started
+        return await trip.port.wait_job(submission_id, job_id, batch_ids, seconds, waited / 2)
 
     await follow(trip, batches, job_id, look, outcomes)
 

@@ -111,7 +111,12 @@ class DirectPort:
         return await self._retried("submit", lines[0][0], lambda c: one_call.submit_job(c, job))
 
     async def wait_job(
-        self, submission_id: str, job_id: str, batch_ids: Sequence[str], seconds: float
+        self,
+        submission_id: str,
+        job_id: str,
+        batch_ids: Sequence[str],
+        seconds: float,
+        poll_from: float = 0.0,
     ) -> JobLook:
         async def look(client: Upstream) -> JobLook:
             return await one_call.wait_for_job(
@@ -120,7 +125,7 @@ class DirectPort:
                 batch_ids,
                 seconds,
                 clock=self.clock,
-                poll_interval=self.settings.poll_interval,
+                poll_interval=max(self.settings.poll_interval, poll_from),
             )
 
         try:
