@@ -83,6 +83,8 @@ def running_counts(batch: SimBatch, now: float) -> dict[str, int]:
     running_from = task.created + (task.done_at - task.created) / 10
     if math.isinf(task.done_at) or now <= running_from:
         ended = 0  # validating, or held: nothing has run yet
+    elif task.done_at <= running_from:  # no time to run in (a batch failed at once)
+        ended = total
     else:
         ended = min(total, int(total * (now - running_from) / (task.done_at - running_from)))
     failed = sum(

@@ -18,6 +18,7 @@ import pytest
 
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, BreakerLevel, Charge, FailureKind, PostStatus
+from postledger.upstreams.anthropic_batch_match import batch_of_line
 from tests.support.ledgers import ledger_text
 from tests.support.months import MONTH, assert_attempts_are_charges, statuses
 from tests.support.months import run_flow as run
@@ -254,7 +255,8 @@ def test_transport_fault_is_retried_and_charged_once(
     elif kind == MESSAGE_BATCHES:  # the Message Batch's id; its one request is the batch
         assert batch.upstream_task_id and batch.upstream_task_id.startswith("msgbatch_")
         assert batch.charge is Charge.CONFIRMED
-        assert charge["idempotency_key"] == batch.batch_id  # the request's custom_id
+        # The request's custom_id: the batch id, with its submission's token.
+        assert batch_of_line(charge["idempotency_key"]) == batch.batch_id
     else:  # the Batch API: its batch's id; the submission's key travels in its metadata
         assert batch.upstream_task_id and batch.upstream_task_id.startswith("batch_")
         assert batch.charge is Charge.CONFIRMED
