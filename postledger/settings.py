@@ -149,10 +149,10 @@ class Settings(BaseSettings):
     orphan_search_limit: int = Field(
         default=500,
         ge=1,  # 0 would never find the batch a resent create must reuse: it would pay twice
-        description="openai_batch: how many of the most recent upstream batches are looked "
-        "through for one made for a ledger batch whose id was never saved (after a create "
-        "whose answer was lost, before a confirmed resubmission, and in recovery); keep it "
-        "above what the organisation creates in a day",
+        description="openai_batch, anthropic_batch: how many of the most recent upstream "
+        "batches are looked through for one made for a ledger batch whose id was never saved "
+        "(after a create whose answer was lost, before a confirmed resubmission, and in "
+        "recovery); keep it above what the organisation creates in a day",
     )
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=30.0, gt=0)
