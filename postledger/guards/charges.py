@@ -191,14 +191,8 @@ def settle(
         # The send's own row, not a gateway's retry of it (written after it).
         .order_by(col(SpendRecord.send).desc(), col(SpendRecord.id))
     ).first()
-    if row is None:
-        return
-    tokens = usage_tokens(usage)
-    if tokens is not None:
-        row.input_tokens, row.output_tokens = tokens
-        row.cost = cost_of(price, *tokens) if price is not None else None
-    row.state, row.updated_at = SpendState.CONFIRMED, utcnow()
-    session.add(row)
+    if row is not None:
+        session.add(_confirmed(row, usage, price))
 
 
 def settle_all(
@@ -218,14 +212,18 @@ def settle_all(
     for found in rows:
         open_rows.setdefault(found.batch_id, found)  # as `settle` picks it
     for batch_id, usage in usages:
-        if (row := open_rows.get(batch_id)) is None:
-            continue
-        tokens = usage_tokens(usage)
-        if tokens is not None:
-            row.input_tokens, row.output_tokens = tokens
-            row.cost = cost_of(price, *tokens) if price is not None else None
-        row.state, row.updated_at = SpendState.CONFIRMED, utcnow()
-        session.add(row)
+        if (row := open_rows.get(batch_id)) is not None:
+            session.add(_confirmed(row, usage, price))
+
+
+def _confirmed(row: SpendRecord, usage: dict[str, Any] | None, price: Price | None) -> SpendRecord:
+    """A send's possible charge made confirmed, at the usage it reported if it told any."""
+    tokens = usage_tokens(usage)
+    if tokens is not None:
+        row.input_tokens, row.output_tokens = tokens
+        row.cost = cost_of(price, *tokens) if price is not None else None
+    row.state, row.updated_at = SpendState.CONFIRMED, utcnow()
+    return row
 
 
 def account(
