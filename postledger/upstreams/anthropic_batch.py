@@ -190,6 +190,10 @@ class AnthropicBatchClient(AnthropicUpstream):
             batches, has_more = page
             for batch in batches:
                 standing = listed_as(batch, wanted, window)
+                if standing is Listed.UNREADABLE:
+                    return not_the_answer(
+                        f"listed Message Batch {batch['id']} has no creation time or counts"
+                    )
                 if standing is Listed.OLDER:
                     return doubt or Found(None)
                 if standing is Listed.CANDIDATE:

@@ -54,6 +54,9 @@ class Listed(StrEnum):
     OLDER = "older"  # made before the window: so is every batch listed after it
     OUTSIDE = "outside"  # not this submission's: another time or another size
     CANDIDATE = "candidate"  # in the window, of the size: its results decide
+    # No creation time or counts Anthropic would give: the listing is not the answer, so it
+    # proves nothing missing (no verdict, never "not found").
+    UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -69,14 +72,14 @@ class Window:
 
 
 def listed_as(batch: dict[str, Any], wanted: JobWanted, window: Window) -> Listed:
-    """Where a listed Message Batch stands, from its listing alone. A batch whose creation
-    time or counts cannot be read is not a candidate (nothing is adopted on a guess)."""
-    created = created_at(batch)
-    if created is None:
-        return Listed.OUTSIDE
+    """Where a listed Message Batch stands, from its listing alone. One whose creation time
+    or counts cannot be read is neither adopted nor ruled out on a guess."""
+    created, total = created_at(batch), request_total(batch)
+    if created is None or total is None:
+        return Listed.UNREADABLE
     if created < window.earliest:
         return Listed.OLDER
-    if created > window.latest or request_total(batch) != len(wanted.batch_ids):
+    if created > window.latest or total != len(wanted.batch_ids):
         return Listed.OUTSIDE
     return Listed.CANDIDATE
 

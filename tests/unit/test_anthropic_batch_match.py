@@ -53,8 +53,8 @@ def test_a_request_line_names_its_batch_and_a_token_of_the_key() -> None:
         (WRITTEN + timedelta(hours=1) + CLOCK_SLACK + timedelta(seconds=1), {}, Listed.OUTSIDE),
         (WRITTEN + timedelta(seconds=2), {"processing": 3}, Listed.OUTSIDE),  # another size
         (WRITTEN + timedelta(seconds=2), {"processing": 1, "errored": 1}, Listed.CANDIDATE),
-        ("yesterday", {}, Listed.OUTSIDE),  # a time that cannot be read: never adopted
-        (None, {}, Listed.OUTSIDE),
+        ("yesterday", {}, Listed.UNREADABLE),  # not a listing Anthropic gives: no verdict
+        (None, {}, Listed.UNREADABLE),
     ],
 )
 def test_a_listed_batch_is_a_candidate_only_in_the_window_and_of_the_size(
@@ -63,10 +63,10 @@ def test_a_listed_batch_is_a_candidate_only_in_the_window_and_of_the_size(
     assert listed_as(listed(created, **counts), WANTED, WINDOW) is standing
 
 
-def test_a_batch_without_counts_is_not_a_candidate() -> None:
+def test_a_batch_without_counts_is_neither_adopted_nor_ruled_out() -> None:
     batch = listed(WRITTEN + timedelta(seconds=2))
     del batch["request_counts"]
-    assert listed_as(batch, WANTED, WINDOW) is Listed.OUTSIDE
+    assert listed_as(batch, WANTED, WINDOW) is Listed.UNREADABLE
 
 
 def test_the_results_must_be_exactly_the_submissions_lines() -> None:
