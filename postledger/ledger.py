@@ -229,13 +229,13 @@ class Ledger(LedgerReads):
             queued = sending.queued_posts(session, batch)
             estimated = None
             if first and price is not None:
-                estimated = estimate(price, prompt, sending.texts_to_send(batch, queued))
+                estimated = estimate(price, prompt, batch_chunks.texts_to_send(batch, queued))
             budget = budget_holds(session, month, estimated, max_cost) if first else None
             if budget is not None:
                 return budget
             posts = sending.start(moves, batch, queued, upstream=upstream, holder=holder)
             if first and max_attempts is not None:
-                sending.check_caps(batch, posts, max_attempts)
+                batch_chunks.check_caps(batch, posts, max_attempts)
             book_send(session, batch, first=first, estimated=estimated)
             sending.count_attempts(moves, batch, posts, first=first)
         return Started(batch, posts)

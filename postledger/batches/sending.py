@@ -52,24 +52,6 @@ def start(
     return posts
 
 
-def texts_to_send(batch: BatchRecord, posts: list[PostRecord]) -> list[str]:
-    """The texts `start` will send: the kept request of an earlier send, or the queued
-    `posts`."""
-    if batch.request is not None:
-        return [text for _, text in batch.request]
-    return [post.text for post in posts]
-
-
-def check_caps(batch: BatchRecord, posts: list[PostRecord], max_attempts: int) -> None:
-    """A new paid attempt beyond a post's cap (R38) is refused: planning never asks for one."""
-    over = [p.post_id for p in posts if p.attempts >= max_attempts + p.extra_attempts]
-    if over:
-        raise LedgerError(
-            f"batch {batch.batch_id}: posts {over} have had every paid attempt they may "
-            "have; this is a bug in postledger, nothing was sent"
-        )
-
-
 def count_attempts(
     moves: Transitions, batch: BatchRecord, posts: list[PostRecord], *, first: bool
 ) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import String, literal, select, type_coerce
 from sqlalchemy.orm import defer
@@ -110,14 +110,30 @@ def start(
         batch.request = [[post.post_id, post.text] for post in queued]
 
 
-def texts_to_send(batch: BatchRecord, queued: list[Member]) -> list[str]:
+class Queued(Protocol):
+    """What sending reads of a queued post: a `Member` of a chunk, or a post's record."""
+
+    @property
+    def post_id(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+    @property
+    def extra_attempts(self) -> int: ...
+
+
+def texts_to_send(batch: BatchRecord, queued: Sequence[Queued]) -> list[str]:
     """The texts `start` sends: the kept request of an earlier send, or the `queued` posts."""
     if batch.request is not None:
         return [text for _, text in batch.request]
     return [post.text for post in queued]
 
 
-def check_caps(batch: BatchRecord, queued: list[Member], max_attempts: int) -> None:
+def check_caps(batch: BatchRecord, queued: Sequence[Queued], max_attempts: int) -> None:
     """A new paid attempt beyond a post's cap (R38) is refused: planning never asks for one."""
     over = [p.post_id for p in queued if p.attempts >= max_attempts + p.extra_attempts]
     if over:

@@ -9,6 +9,7 @@ after it stay queued (R9).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.charges import BudgetHeld
@@ -30,19 +31,9 @@ _LINE_OVERHEAD = 8192
 def mark_sent(trip: Trip, batch_id: str) -> BatchRecord | BatchOutcome:
     """The batch marked running, its attempt counted and its possible charge booked (R3); or
     why it may not start now."""
-    settings = trip.settings
     try:
-        check_configured(settings)  # a batch is never marked running for nothing
-        started = trip.ledger.mark_running(
-            batch_id,
-            settings.breaker_name(),
-            idempotent=trip.port.facts.honours_keys,
-            price=settings.price(),
-            prompt=settings.analysis_in_use().request_text,
-            max_cost=settings.max_cost,
-            holder=trip.holder,
-            max_attempts=settings.max_attempts,
-        )
+        check_configured(trip.settings)  # a batch is never marked running for nothing
+        started = trip.ledger.mark_running(batch_id, **_marking(trip))
     except (UpstreamNotConfigured, MonthLost) as exc:
         return StopsRun(batch_id, BatchStatus.QUEUED, "not sent", str(exc))
     except LedgerUnavailable as exc:  # no record, no call (R20)
@@ -81,20 +72,9 @@ def _mark_chunk(
 ) -> tuple[list[BatchRecord], BatchOutcome | None]:
     """What `mark_sent` does for each batch of the chunk, in one transaction; a failure of
     the transaction leaves the whole chunk queued, and is its first batch's outcome."""
-    settings = trip.settings
     try:
-        check_configured(settings)  # a batch is never marked running for nothing
-        started, held = trip.ledger.mark_running_many(
-            chunk,
-            settings.breaker_name(),
-            idempotent=trip.port.facts.honours_keys,
-            price=settings.price(),
-            prompt=settings.analysis_in_use().request_text,
-            max_cost=settings.max_cost,
-            holder=trip.holder,
-            max_attempts=settings.max_attempts,
-            room=room,
-        )
+        check_configured(trip.settings)  # a batch is never marked running for nothing
+        started, held = trip.ledger.mark_running_many(chunk, **_marking(trip), room=room)
     except (UpstreamNotConfigured, MonthLost) as exc:
         return [], StopsRun(chunk[0], BatchStatus.QUEUED, "not sent", str(exc))
     except LedgerUnavailable as exc:  # no record, no call (R20)
@@ -104,6 +84,21 @@ def _mark_chunk(
     if isinstance(held, BudgetHeld):
         return started, OverBudget(chunk[len(started)], held.reason)
     return started, None
+
+
+def _marking(trip: Trip) -> dict[str, Any]:
+    """What marking a batch running checks and books, from the trip's settings: its breaker,
+    whether a resend can pay twice, the price and budget, the attempts cap, the run's claim."""
+    settings = trip.settings
+    return {
+        "upstream": settings.breaker_name(),
+        "idempotent": trip.port.facts.honours_keys,
+        "price": settings.price(),
+        "prompt": settings.analysis_in_use().request_text,
+        "max_cost": settings.max_cost,
+        "holder": trip.holder,
+        "max_attempts": settings.max_attempts,
+    }
 
 
 class _Room:
