@@ -61,7 +61,7 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.month_lease import MonthBusy, MonthLeases, check_holds
-from postledger.record.reads import LedgerError, LedgerReads
+from postledger.record.reads import LedgerError, LedgerReads, load_batches
 from postledger.record.states import Transitions
 from postledger.settings import Limits
 
@@ -307,8 +307,8 @@ class Ledger(LedgerReads):
         made (R3): a crash anywhere after this leaves a record to find the job by."""
         with self._fenced(submission.month, holder) as (session, moves):
             # Read by one query and held: `record` then finds each batch in the session.
-            unread = ("request", "raw_output")  # long, and not needed here
-            _held = batch_chunks.load_batches(session, submission.batch_ids, unread=unread)
+            unread = ("request", "post_ids", "raw_output")  # long, and not needed here
+            _held = load_batches(session, submission.batch_ids, unread=unread)
             submissions.record(session, moves, submission)
 
     def record_job_id(
@@ -329,7 +329,7 @@ class Ledger(LedgerReads):
             found = session.get(SubmissionRecord, submission_id)
             assert found is not None  # submissions are never deleted
             unread = ("request", "raw_output")  # as in `record_submission`
-            _held = batch_chunks.load_batches(session, found.batch_ids, unread=unread)
+            _held = load_batches(session, found.batch_ids, unread=unread)
             taken = submissions.take_job_id(session, moves, found, job_id, file_id, adopted)
             if gateway is not None:
                 for batch_id in found.batch_ids:

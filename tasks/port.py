@@ -66,14 +66,16 @@ class PrefectPort:
         return found
 
     async def submit(
-        self,
-        submission_id: str,
-        lines: Sequence[tuple[str, Sequence[tuple[str, str]]]],
-        idempotency_key: str,
+        self, submission_id: str, batch_ids: Sequence[str], idempotency_key: str
     ) -> Created:
         call = with_request_retries(submit_upstream_job, self._settings)
         made: Created = await call(
-            submission_id, lines, idempotency_key, self._settings, self._ledger_url, self._holder
+            submission_id,
+            batch_ids,
+            idempotency_key,
+            self._settings,
+            self._ledger_url,
+            self._holder,
         )
         return made
 

@@ -133,16 +133,19 @@ async def find_upstream_task(
 @task(name="submit-upstream-job", task_run_name="submit {submission_id}", **ONE_CALL)
 async def submit_upstream_job(
     submission_id: str,
-    lines: Sequence[tuple[str, Sequence[tuple[str, str]]]],
+    batch_ids: Sequence[str],
     idempotency_key: str,
     settings: Settings,
     ledger_url: str,
     holder: str | None = None,
 ) -> Created:
     """Create (and pay for) the upstream job of a submission, one request line per ledger
-    batch. Retried only when that cannot pay twice, as a create is. A request retry is
-    counted on the submission's first batch (R16)."""
-    _count_retry(ledger_url, lines[0][0], settings, holder)
+    batch, its file written from the ledger's requests a chunk at a time (the posts never
+    pass through Prefect). Retried only when that cannot pay twice, as a create is. A
+    request retry is counted on the submission's first batch (R16)."""
+    _count_retry(ledger_url, batch_ids[0], settings, holder)
+    ledger = open_ledger(ledger_url, busy_timeout=settings.sqlite_busy_timeout)
+    lines = ledger.requests_of(batch_ids)
     job = JobRequest(
         submission_id, settings.model, settings.analysis_in_use(), lines, idempotency_key
     )

@@ -23,7 +23,7 @@ from postledger.failures.policy import Decision, after_output
 from postledger.guards.breaker_state import apply_signal, breaker_for_update
 from postledger.record import batch_chunks
 from postledger.record.models import PostRecord, PostStatus
-from postledger.record.reads import posts_in
+from postledger.record.reads import load_batches, posts_in
 from postledger.record.states import Transitions
 from postledger.settings import Limits
 
@@ -41,7 +41,7 @@ def finish(
     month = moves.month
     decisions: list[Decision] = []
     completed: list[dict[str, Any]] = []
-    batches = batch_chunks.load_batches(session, batch_ids, unread=("request",))
+    batches = load_batches(session, batch_ids, unread=("request",))
     members = batch_chunks.members(session, month, batches, texts=False)
     # Held here, so that each signal finds the breaker in the session instead of reading it.
     _breaker = breaker_for_update(session, upstream) if upstream is not None else None

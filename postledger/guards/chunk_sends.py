@@ -30,6 +30,7 @@ from postledger.guards.charges import (
 from postledger.guards.spend import estimate
 from postledger.record import batch_chunks
 from postledger.record.models import BatchRecord, BatchStatus, Charge, PostRecord, PostStatus
+from postledger.record.reads import load_batches
 from postledger.record.states import Transitions
 
 
@@ -66,7 +67,7 @@ def mark(
     again: list[dict[str, Any]] = []  # the posts sent again under their key (R35)
     spend: list[dict[str, Any]] = []  # the possible charges booked, written together
     held: BreakerHeld | BudgetHeld | None = None
-    batches = batch_chunks.load_batches(session, batch_ids)
+    batches = load_batches(session, batch_ids)
     members = batch_chunks.members(session, month, batches)
     # Held here, so that each check finds the breaker in the session instead of reading it.
     _breaker = breaker_for_update(session, upstream) if upstream is not None else None
@@ -111,7 +112,7 @@ def save(
     from the usage (R51), the batch and its running posts `received`."""
     why = "output saved, not yet validated"
     ids = [batch_id for batch_id, _, _ in outputs]
-    batches = batch_chunks.load_batches(session, ids, unread=("request", "raw_output"))
+    batches = load_batches(session, ids, unread=("request", "raw_output"))
     members = batch_chunks.members(session, moves.month, batches, texts=False)
     settle_all(session, [(batch_id, usage) for batch_id, _, usage in outputs], price)
     rows: list[dict[str, Any]] = []

@@ -16,9 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import String, literal, select, type_coerce
-from sqlalchemy.orm import defer
-from sqlmodel import Session, col
-from sqlmodel import select as orm_select
+from sqlmodel import Session
 
 from postledger.record.db import chunks
 from postledger.record.models import BatchRecord, BatchStatus, PostRecord, PostStatus
@@ -34,23 +32,6 @@ class Member(NamedTuple):
     status: PostStatus
     attempts: int
     extra_attempts: int
-
-
-def load_batches(
-    session: Session, batch_ids: Sequence[str], *, unread: Sequence[str] = ()
-) -> list[BatchRecord]:
-    """The batches, in the order asked, by one query; their `unread` columns (a request, an
-    output: long JSON and text) are read only if used."""
-    found: dict[str, BatchRecord] = {}
-    options = [defer(getattr(BatchRecord, column)) for column in unread]
-    for some in chunks(batch_ids):
-        query = orm_select(BatchRecord).where(col(BatchRecord.batch_id).in_(some))
-        query = query.options(*options)
-        found.update((batch.batch_id, batch) for batch in session.exec(query))
-    missing = [batch_id for batch_id in batch_ids if batch_id not in found]
-    if missing:
-        raise LedgerError(f"no batch {missing[0]!r} in the ledger")
-    return [found[batch_id] for batch_id in batch_ids]
 
 
 _STATUS = {status.name: status for status in PostStatus}  # as the ORM stores them

@@ -3,15 +3,17 @@ writes, so a ledger opened read-only (R30) offers all of it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 
 from sqlalchemy import Engine, func
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from postledger.errors import PostledgerError
 from postledger.record import figures
+from postledger.record.db import chunks
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -23,6 +25,11 @@ from postledger.record.models import (
     utcnow,
 )
 from postledger.record.plain import Reader, through
+
+# A batch's long columns, left unread where they are not needed.
+_LONG_COLUMNS = ("request", "post_ids", "raw_output")
+# Requests read at a time: a few MB of posts.
+_REQUESTS_READ = 250
 
 
 def waits_for_job(batch: BatchRecord, submission: SubmissionRecord) -> bool:
@@ -62,6 +69,23 @@ def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> lis
     )
     posts = sorted(session.exec(query), key=lambda post: post.position)
     return [post for post in posts if not statuses or post.status in statuses]
+
+
+def load_batches(
+    session: Session, batch_ids: Sequence[str], *, unread: Sequence[str] = ()
+) -> list[BatchRecord]:
+    """The batches, in the order asked, by one query; their `unread` columns (a request, an
+    output: long JSON and text) are read only if used."""
+    found: dict[str, BatchRecord] = {}
+    options = [defer(getattr(BatchRecord, column)) for column in unread]
+    for some in chunks(batch_ids):
+        query = select(BatchRecord).where(col(BatchRecord.batch_id).in_(some))
+        query = query.options(*options)
+        found.update((batch.batch_id, batch) for batch in session.exec(query))
+    missing = [batch_id for batch_id in batch_ids if batch_id not in found]
+    if missing:
+        raise LedgerError(f"no batch {missing[0]!r} in the ledger")
+    return [found[batch_id] for batch_id in batch_ids]
 
 
 class LedgerReads:
@@ -205,6 +229,29 @@ class LedgerReads:
     def batch(self, batch_id: str) -> BatchRecord:
         with self._read() as session:
             return self._batch(session, batch_id)
+
+    def job_batches(self, batch_ids: Sequence[str]) -> list[BatchRecord]:
+        """A job's batches as a trip holds them while the job runs: without their requests,
+        post ids and outputs (20 000 batches' posts are 250 MB; a settle reads a chunk's
+        posts when it needs them). Touching one of those columns raises."""
+        with self._read() as session:
+            return load_batches(session, batch_ids, unread=_LONG_COLUMNS)
+
+    def requests_of(self, batch_ids: Sequence[str]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+        """Each batch's request as first sent (R35): its posts' ids and texts, in the order
+        asked, read a chunk of batches at a time (a job's file is written from them)."""
+        for start in range(0, len(batch_ids), _REQUESTS_READ):
+            some = batch_ids[start : start + _REQUESTS_READ]
+            with self._read() as session:
+                query = select(BatchRecord.batch_id, BatchRecord.request).where(
+                    col(BatchRecord.batch_id).in_(some)
+                )
+                found = dict(session.exec(query).all())
+            for batch_id in some:
+                request = found.get(batch_id)
+                if request is None:
+                    raise LedgerError(f"batch {batch_id!r} has no request: it was never sent")
+                yield batch_id, [(post_id, text) for post_id, text in request]
 
     def submission(self, submission_id: str) -> SubmissionRecord:
         with self._read() as session:

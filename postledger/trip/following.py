@@ -91,12 +91,11 @@ async def follow(
                 outcomes[batch.batch_id] = _settled(trip, batch, seen, task_id)
             return
         if isinstance(seen, JobEnded):
-            _settle_ended(trip, pending, seen, task_id, outcomes)
-            unread = [line for line in seen.lines.values() if isinstance(line, NoVerdict)]
+            unread = _settle_ended(trip, pending, seen, task_id, outcomes)
             pending = {b: batch for b, batch in pending.items() if b not in outcomes}
             if not pending:
                 return
-            seen = unread[0] if unread else _missing(list(pending))
+            seen = unread or _missing(list(pending))
         problem = seen
         if not worth_looking_again(seen):
             break
@@ -121,49 +120,55 @@ def _settle_ended(
     ended: JobEnded,
     task_id: str,
     outcomes: dict[str, BatchOutcome],
-) -> None:
-    """Each batch whose line holds a verdict settled from it, in the job's order: a run of
-    delivered lines a chunk at a time (`settle_outputs`), any other line alone. If the month
-    was lost to another run on the way, the outputs read and not yet saved are spilled for
-    it."""
-    verdicts = [
-        (batch_id, line)
-        for batch_id, line in ended.lines.items()
-        if batch_id in pending and not isinstance(line, NoVerdict)
-    ]
-    done = 0  # the verdicts settled, or kept in the spill file
+) -> NoVerdict | None:
+    """Each batch whose line holds a verdict settled from it, in the job's order, each line
+    read as it comes (a job's results are not held whole): a run of delivered lines a chunk
+    at a time (`settle_outputs`), any other line alone. Returns the first line that gave no
+    verdict, if any. If the month was lost to another run on the way, the outputs read and
+    not yet saved are spilled for it."""
+    lines = ((b, ended.lines[b]) for b in ended.lines if b in pending)
+    unread: NoVerdict | None = None
+    delivered: list[tuple[BatchRecord, Delivered]] = []
     try:
-        while done < len(verdicts):
-            chunk = _delivered_chunk(pending, verdicts[done : done + SETTLE_CHUNK])
-            if len(chunk) < BULK_FROM:
-                batch_id, line = verdicts[done]
-                done += 1  # its output, if any, is saved or spilled by the step itself
-                outcomes[batch_id] = _settled(trip, pending[batch_id], line, task_id)
+        for batch_id, line in lines:
+            if isinstance(line, Delivered):
+                delivered.append((pending[batch_id], line))
+                if len(delivered) == SETTLE_CHUNK:
+                    _settle_delivered(trip, delivered, task_id, outcomes)
+                    delivered = []
+                continue
+            _settle_delivered(trip, delivered, task_id, outcomes)
+            delivered = []
+            if isinstance(line, NoVerdict):
+                unread = unread or line
             else:
-                done += len(chunk)
-                outcomes.update(_settled_chunk(trip, chunk, task_id))
-    except MonthLost:
-        for later_id, later in verdicts[done:]:
+                outcomes[batch_id] = _settled(trip, pending[batch_id], line, task_id)
+        _settle_delivered(trip, delivered, task_id, outcomes)
+    except MonthLost:  # the outputs being settled are saved or spilled by the step itself
+        for later_id, later in lines:
             if isinstance(later, Delivered):
                 trip.spill_output(later_id, task_id, later)
         raise
+    return unread
+
+
+def _settle_delivered(
+    trip: Trip,
+    delivered: list[tuple[BatchRecord, Delivered]],
+    task_id: str,
+    outcomes: dict[str, BatchOutcome],
+) -> None:
+    """A run of delivered lines: together from `BULK_FROM` lines on, else one at a time."""
+    if len(delivered) >= BULK_FROM:
+        outcomes.update(_settled_chunk(trip, delivered, task_id))
+        return
+    for batch, line in delivered:
+        outcomes[batch.batch_id] = _settled(trip, batch, line, task_id)
 
 
 # Delivered lines settled together, at most; fewer than BULK_FROM in a row, one at a time.
 SETTLE_CHUNK = 250
 BULK_FROM = 2
-
-
-def _delivered_chunk(
-    pending: dict[str, BatchRecord], verdicts: Sequence[tuple[str, object]]
-) -> list[tuple[BatchRecord, Delivered]]:
-    """The delivered lines at the head of `verdicts`, with their batches."""
-    chunk = []
-    for batch_id, line in verdicts:
-        if not isinstance(line, Delivered):
-            break
-        chunk.append((pending[batch_id], line))
-    return chunk
 
 
 def _settled_chunk(

@@ -43,6 +43,10 @@ class Trip:
     clock: Clock = REAL_CLOCK
     ledger_failure: str | None = field(default=None)
     lost: MonthLost | None = field(default=None)  # the month, lost to another run on the way
+    # What one send of each batch marked for a job may cost, reckoned while its request was
+    # at hand: a job's batches are held without their posts, and a gateway's retries spilled
+    # when the ledger fails are booked with it.
+    estimates: dict[str, int | None] = field(default_factory=dict)
 
     def failed_to_write(self, exc: Exception) -> None:
         self.ledger_failure = self.ledger_failure or str(exc)
@@ -200,6 +204,8 @@ class Trip:
         return retried
 
     def _estimate(self, batch: BatchRecord) -> int | None:
+        if batch.batch_id in self.estimates:
+            return self.estimates[batch.batch_id]
         return estimated_cost(
             batch, self.settings.price(), self.settings.analysis_in_use().request_text
         )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from postledger.guards.breaker import BreakerHeld
-from postledger.guards.charges import BudgetHeld
+from postledger.guards.charges import BudgetHeld, estimated_cost
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchRecord, BatchStatus
 from postledger.record.month_lease import MonthLost
@@ -50,17 +50,20 @@ def mark_for_job(
 ) -> tuple[list[BatchRecord], BatchOutcome | None]:
     """Mark the batches running in start order while the job has room; stop at the first
     that may not start (it, and those after it, stay queued: nothing was paid). A chunk of
-    them at a time, in one transaction each (`Ledger.mark_running_many`)."""
+    them at a time, in one transaction each (`Ledger.mark_running_many`). The marked batches
+    are returned as the trip holds them while their job runs: without their posts
+    (`Ledger.job_batches`)."""
     wanted = batch_ids[: trip.port.facts.most_batches_per_job]
     room = _Room(trip)
-    marked: list[BatchRecord] = []
+    marked: list[str] = []
+    not_started: BatchOutcome | None = None
     for start in range(0, len(wanted), MARK_CHUNK):
         chunk = wanted[start : start + MARK_CHUNK]
         started, not_started = _mark_chunk(trip, chunk, room)
-        marked += started
+        marked += [batch.batch_id for batch in started]
         if not_started is not None or len(started) < len(chunk):
-            return marked, not_started
-    return marked, None
+            break
+    return trip.ledger.job_batches(marked), not_started
 
 
 # Batches marked in one transaction, at most.
@@ -106,6 +109,7 @@ class _Room:
     if the job's bytes so far, and room for its line at its largest, are within the limit."""
 
     def __init__(self, trip: Trip) -> None:
+        self._trip = trip
         self._settings = settings = trip.settings
         self._most_bytes = trip.port.facts.most_bytes_per_job
         self._next_line = (
@@ -122,6 +126,10 @@ class _Room:
     def took(self, batch: BatchRecord) -> None:
         self._taken += 1
         self._size += request_bytes(self._settings, batch.batch_id, posts_of(batch))  # as sent
+        settings = self._settings
+        self._trip.estimates[batch.batch_id] = estimated_cost(
+            batch, settings.price(), settings.analysis_in_use().request_text
+        )
 
 
 def posts_of(batch: BatchRecord) -> list[tuple[str, str]]:

@@ -43,13 +43,11 @@ class UpstreamPort(Protocol):
         ...
 
     async def submit(
-        self,
-        submission_id: str,
-        lines: Sequence[tuple[str, Sequence[tuple[str, str]]]],
-        idempotency_key: str,
+        self, submission_id: str, batch_ids: Sequence[str], idempotency_key: str
     ) -> Created:
-        """Create (and pay for) a submission's job, one request line per batch; raises as
-        `create` does."""
+        """Create (and pay for) a submission's job, one request line per batch, each the
+        batch's request as the ledger holds it (read a chunk at a time, never all at once);
+        raises as `create` does."""
         ...
 
     async def wait_job(

@@ -24,7 +24,7 @@ from postledger.recovery.interrupted import wanted_of
 from postledger.trip.batch import month_lost
 from postledger.trip.following import Backoff, follow
 from postledger.trip.keeping import Trip
-from postledger.trip.marking import mark_for_job, posts_of
+from postledger.trip.marking import mark_for_job
 from postledger.trip.outcome import BatchOutcome, LedgerFailed, SubmissionEnded
 from postledger.trip.settle import settle, settle_create_failure
 from postledger.upstreams.calls import Found, JobLook, JobWanted, NoVerdict, NoVerdictReason
@@ -53,7 +53,7 @@ async def run_submission(
     batches: list[BatchRecord] = []
     try:
         if job_id is not None:
-            batches = [trip.ledger.batch(batch_id) for batch_id in batch_ids]
+            batches = trip.ledger.job_batches(batch_ids)
             await _follow_job(trip, submission_id, batches, job_id, outcomes)
         elif resend:
             batches, not_started = await _send_again(trip, submission_id, batch_ids, outcomes)
@@ -85,7 +85,7 @@ async def _send_again(
     look still finds what this send makes)."""
     ledger = trip.ledger
     submission = ledger.submission(submission_id)
-    batches = [ledger.batch(batch_id) for batch_id in batch_ids]
+    batches = ledger.job_batches(batch_ids)
     if trip.port.facts.can_list:
         found = await _search(trip, wanted_of(submission))
         if isinstance(found, NoVerdict):
@@ -143,9 +143,8 @@ async def _send(
             ),
             holder=trip.holder,
         )
-    lines = [(batch.batch_id, posts_of(batch)) for batch in batches]
-    try:
-        created = await port.submit(submission_id, lines, key)
+    try:  # the job's file is written from the ledger, a chunk of batches at a time
+        created = await port.submit(submission_id, [batch.batch_id for batch in batches], key)
     except AmbiguousCreate as exc:
         trip.book_gateway_retries(batches, exc.gateway_retries)
         trip.check_month()

@@ -32,7 +32,8 @@ a 500, 502 or 504 on the create may hide a made batch; 429 waits; 401 and 403 st
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import closing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,6 +74,12 @@ from postledger.upstreams.http import (
     lost_answer,
     not_the_answer,
     request_counts,
+)
+from postledger.upstreams.job_files import (
+    LinesRead,
+    RequestFile,
+    ResultLines,
+    json_array_parts,
 )
 
 _RUNNING = ("in_progress", "canceling")
@@ -122,22 +129,28 @@ class AnthropicBatchClient(AnthropicUpstream):
     async def create(self, request: CreateRequest) -> Created:
         """Make the Message Batch of this ledger batch (paid once its request runs)."""
         params = messages_body(request.model, request.analysis, request.posts, self.max_tokens)
-        return await self._make([{"custom_id": request.batch_id, "params": params}])
+        return await self._make([_request(request.batch_id, params)])
 
     async def submit(self, job: JobRequest) -> Created:
         """Make the Message Batch of a submission: one request per ledger batch."""
         return await self._make(
-            [
-                {
-                    "custom_id": line_id(batch_id, job.idempotency_key),
-                    "params": messages_body(job.model, job.analysis, posts, self.max_tokens),
-                }
-                for batch_id, posts in job.lines
-            ]
+            _request(
+                line_id(batch_id, job.idempotency_key),
+                messages_body(job.model, job.analysis, posts, self.max_tokens),
+            )
+            for batch_id, posts in job.lines
         )
 
-    async def _make(self, requests: list[dict[str, Any]]) -> Created:
-        response = await self._send("POST", self._batches, json={"requests": requests})
+    async def _make(self, requests: Iterable[str]) -> Created:
+        """The Message Batch of these requests (paid), its body written to disk as they are
+        made and sent from it a block at a time."""
+        with RequestFile(json_array_parts("requests", requests)) as body:
+            response = await self._send(
+                "POST",
+                self._batches,
+                content=body.blocks(),
+                headers={"content-type": "application/json", "content-length": str(body.size)},
+            )
         made = accepted_body(response)
         if not isinstance(made.get("id"), str) or not made["id"]:
             raise lost_answer(response, "the upstream made the Message Batch but sent no id")
@@ -148,14 +161,14 @@ class AnthropicBatchClient(AnthropicUpstream):
         ended = await self._look(task_id)
         if not isinstance(ended, dict):
             return ended
-        lines = await self._results(task_id)
-        if not isinstance(lines, list):
-            return lines
-        if not lines:
+        results = await self._results(task_id, _custom_id)
+        if not isinstance(results, ResultLines):
+            return results
+        if not results.ids():
             return NoVerdict(
                 NoVerdictReason.RESULTS_INCOMPLETE, f"Message Batch {task_id}'s results are empty"
             )
-        return _line_result(lines[0])
+        return _line_result(results.lines_of(results.ids()[0])[0])
 
     async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
         """The submission's Message Batch; once it ended, each ledger batch's result line
@@ -163,16 +176,17 @@ class AnthropicBatchClient(AnthropicUpstream):
         ended = await self._look(job_id)
         if not isinstance(ended, dict):
             return ended
-        lines = await self._results(job_id)
-        if not isinstance(lines, list):
-            return lines
-        of_batch = {batch_of_line(str(line.get("custom_id"))): line for line in lines}
+        results = await self._results(job_id, lambda line: batch_of_line(_custom_id(line)))
+        if not isinstance(results, ResultLines):
+            return results
         missing = NoVerdict(
             NoVerdictReason.RESULTS_INCOMPLETE,
             f"Message Batch {job_id}'s results have no line for it",
         )
         return JobEnded(
-            {b: _line_result(of_batch[b]) if b in of_batch else missing for b in batch_ids}
+            LinesRead(
+                results, batch_ids, lambda lines: _line_result(lines[-1]) if lines else missing
+            )
         )
 
     async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
@@ -232,18 +246,20 @@ class AnthropicBatchClient(AnthropicUpstream):
                 f"{len(wanted.batch_ids)} requests, is still running: its results will say "
                 "whether it is this submission's",
             )
-        lines = await self._results(batch_id)
-        if isinstance(lines, Unknown):
+        results = await self._results(batch_id, _custom_id)
+        if isinstance(results, Unknown):
             return None  # its results are gone: it cannot be told to be this one
-        if isinstance(lines, NoVerdict):
-            return lines
-        if len(lines) < len(wanted.batch_ids):  # as many as its counts said: the file is cut
-            return NoVerdict(
-                NoVerdictReason.RESULTS_INCOMPLETE,
-                f"Message Batch {batch_id}'s results could not be read whole",
-            )
-        if results_are_its((str(line.get("custom_id")) for line in lines), wanted):
-            return Found(batch_id, by="by the requests it carries")
+        if isinstance(results, NoVerdict):
+            return results
+        with closing(results):
+            if results.count < len(wanted.batch_ids):  # as many as its counts said: cut
+                return NoVerdict(
+                    NoVerdictReason.RESULTS_INCOMPLETE,
+                    f"Message Batch {batch_id}'s results could not be read whole",
+                )
+            ids = (line_id for line_id in results.ids() for _ in results.lines_of(line_id))
+            if results_are_its(ids, wanted):
+                return Found(batch_id, by="by the requests it carries")
         return None
 
     async def _look(self, task_id: str) -> dict[str, Any] | Running | Unknown | NoVerdict:
@@ -261,22 +277,28 @@ class AnthropicBatchClient(AnthropicUpstream):
             return not_the_answer(f"Message Batch {task_id} has an unexpected status {status!r}")
         return data
 
-    async def _results(self, task_id: str) -> list[dict[str, Any]] | Unknown | NoVerdict:
-        """The result lines of an ended Message Batch, one per request, read at the
-        documented path through the configured base URL (whatever host `results_url` names).
-        A line that is cut or not JSON is left out: its request has no verdict yet."""
-        response = await self._read(f"{self._batches}/{task_id}/results")
-        if not isinstance(response, httpx.Response):
-            return response
-        lines = []
-        for text in response.text.splitlines():
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(line, dict):
-                lines.append(line)
-        return lines
+    async def _results(
+        self, task_id: str, key_of: Callable[[dict[str, Any]], str]
+    ) -> ResultLines | Unknown | NoVerdict:
+        """The result lines of an ended Message Batch, one per request, by `key_of`, read at
+        the documented path through the configured base URL (whatever host `results_url`
+        names), streamed to disk. A line that is cut or not JSON is left out: its request
+        has no verdict yet."""
+        results = ResultLines(key_of)
+        read = await self._download(f"{self._batches}/{task_id}/results", results)
+        if read is not None:
+            results.close()
+            return read
+        return results
+
+
+def _request(custom_id: str, params: dict[str, Any]) -> str:
+    """One request of a Message Batch's body, as JSON."""
+    return json.dumps({"custom_id": custom_id, "params": params}, ensure_ascii=False)
+
+
+def _custom_id(line: dict[str, Any]) -> str:
+    return str(line.get("custom_id"))
 
 
 def _line_result(line: dict[str, Any]) -> Verdict | NoVerdict:

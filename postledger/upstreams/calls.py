@@ -18,7 +18,7 @@ business layer decides from the type, never from where an exception came from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -106,9 +106,11 @@ Look = Running | Delivered | UpstreamFailed | Unknown | NoVerdict
 @dataclass(frozen=True)
 class JobEnded:
     """A job that ended upstream, each ledger batch's line read as that batch's own result:
-    a verdict, or no verdict (its line is missing, or the file was cut)."""
+    a verdict, or no verdict (its line is missing, or the file was cut). From a Batch API,
+    `lines` reads each batch's line from the results file on disk when it is asked for
+    (`job_files.LinesRead`): iterate it once, a batch at a time."""
 
-    lines: dict[str, Verdict | NoVerdict]
+    lines: Mapping[str, Verdict | NoVerdict]
 
 
 JobLook = Running | JobEnded | Unknown | NoVerdict
@@ -141,12 +143,13 @@ class Created:
 @dataclass(frozen=True)
 class JobRequest:
     """A submission's paid upstream job on a Batch API: one request line per ledger batch
-    (`custom_id` = the batch id), all under one model and analysis."""
+    (`custom_id` = the batch id), all under one model and analysis. `lines` are read once,
+    as the job's file is written (from the ledger, a chunk of batches at a time)."""
 
     submission_id: str
     model: str
     analysis: Analysis
-    lines: Sequence[tuple[str, Sequence[tuple[str, str]]]]  # (batch id, its (post id, text))
+    lines: Iterable[tuple[str, Sequence[tuple[str, str]]]]  # (batch id, its (post id, text))
     idempotency_key: str
 
 

@@ -46,6 +46,7 @@ from postledger.upstreams.errors import (
     TransportError,
     UpstreamError,
 )
+from postledger.upstreams.job_files import ResultLines
 
 TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
 
@@ -317,6 +318,25 @@ class HttpUpstream:
         except RejectedError as exc:
             return refused(exc)
 
+    async def _download(self, url: str, into: ResultLines) -> None | Unknown | NoVerdict:
+        """`_read` of a results file, streamed to disk a block at a time (`into`), never
+        held whole. A body cut on the way is a transport fault, as a read's is."""
+        try:
+            response = await self._send("GET", url, reads_task=True, stream=True)
+        except TaskUnknownError as exc:
+            return Unknown(str(exc))
+        except RejectedError as exc:
+            return refused(exc)
+        try:
+            await into.take(response.aiter_bytes())
+        except httpx.TransportError as exc:
+            raise TransportError(
+                f"GET {url}: the results were cut short ({type(exc).__name__})", maybe_sent=True
+            ) from None
+        finally:
+            await response.aclose()
+        return None
+
     async def _page(
         self, url: str, params: dict[str, Any], what: str
     ) -> tuple[list[dict[str, Any]], bool] | NoVerdict:
@@ -338,13 +358,23 @@ class HttpUpstream:
         return [item for item in data if isinstance(item, dict)], page.get("has_more") is True
 
     async def _send(
-        self, method: str, url: str, *, reads_task: bool = False, **kwargs: Any
+        self,
+        method: str,
+        url: str,
+        *,
+        reads_task: bool = False,
+        stream: bool = False,
+        **kwargs: Any,
     ) -> httpx.Response:
         """One request. `reads_task`: the call reads one task by its id, so a 404 means the
         upstream does not know that task (`TaskUnknownError`); on any other call a 404 means
-        the configured URL is wrong (`EndpointNotFound`)."""
+        the configured URL is wrong (`EndpointNotFound`). `stream`: a 2xx answer's body is
+        left unread, for the caller to read and close."""
         try:
-            response = await self._http.request(method, url, **kwargs)
+            request = self._http.build_request(method, url, **kwargs)
+            response = await self._http.send(request, stream=stream)
+            if stream and not response.is_success:
+                await response.aread()  # an error's body: small, and read to be told
         except httpx.ConnectError as exc:
             raise TransportError(
                 f"could not connect to {self.base_url} ({type(exc).__name__})", maybe_sent=False

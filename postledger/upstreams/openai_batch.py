@@ -75,6 +75,7 @@ from postledger.upstreams.http import (
     not_the_answer,
     request_counts,
 )
+from postledger.upstreams.job_files import LinesRead, RequestFile, ResultLines
 from postledger.upstreams.openai_batch_per_post import assemble
 from postledger.upstreams.openai_protocol import (
     batch_line,
@@ -172,32 +173,35 @@ class OpenAIBatchClient(HttpUpstream):
         batch but no answer says so (never to be retried blindly)."""
         batch_id, key = request.batch_id, request.idempotency_key
         line = self._line(batch_id, request.model, request.analysis, request.posts)
-        return await self._make(f"{batch_id}.jsonl", line, metadata_of(batch_id, key))
+        with RequestFile([line]) as file:
+            return await self._make(f"{batch_id}.jsonl", file, metadata_of(batch_id, key))
 
     async def submit(self, job: JobRequest) -> Created:
         """Make the upstream batch of this submission, one request line per ledger batch
         (paid). Raises as `create` does. Whether one was made before under its key is the
         caller's to ask first (`find_job`): a new key cannot have been used."""
-        lines = "".join(
+        lines = (
             self._line(batch_id, job.model, job.analysis, posts) for batch_id, posts in job.lines
         )
         metadata = submission_metadata(job.submission_id, job.idempotency_key)
-        return await self._make(f"{job.submission_id}.jsonl", lines, metadata)
+        with RequestFile(lines) as file:
+            return await self._make(f"{job.submission_id}.jsonl", file, metadata)
 
     def _line(
         self, batch_id: str, model: str, analysis: Analysis, posts: Sequence[tuple[str, str]]
     ) -> str:
         return request_line(batch_id, model, analysis, posts, self.json_schema)
 
-    async def _make(self, filename: str, lines: str, metadata: dict[str, str]) -> Created:
-        """Upload the requests and make the upstream batch of them (paid)."""
+    async def _make(self, filename: str, lines: RequestFile, metadata: dict[str, str]) -> Created:
+        """Upload the requests (streamed from disk) and make the upstream batch of them
+        (paid)."""
         try:
             uploaded = json_body(
                 await self._send(
                     "POST",
                     "/files",
                     data={"purpose": "batch"},
-                    files={"file": (filename, lines.encode(), "application/jsonl")},
+                    files={"file": (filename, lines.file, "application/jsonl")},
                 )
             )
         except TransportError as exc:
@@ -280,10 +284,11 @@ class OpenAIBatchClient(HttpUpstream):
             return _never_ran(data)
         if status is not TaskStatus.SUCCEEDED:
             return Running(status, request_counts(data))
-        lines = await self._ended_lines(data)
-        if not isinstance(lines, list):
-            return lines
-        return line_result(lines, str(data["status"]))
+        results = await self._ended_lines(data)
+        if not isinstance(results, ResultLines):
+            return results
+        every = [line for key in results.ids() for line in results.lines_of(key)]
+        return line_result(every, str(data["status"]))
 
     async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
         """The submission's upstream batch; once it ended, each ledger batch's line read as
@@ -296,14 +301,11 @@ class OpenAIBatchClient(HttpUpstream):
             return JobEnded({batch_id: _never_ran(data) for batch_id in batch_ids})
         if status is not TaskStatus.SUCCEEDED:
             return Running(status, request_counts(data))
-        lines = await self._ended_lines(data)
-        if not isinstance(lines, list):
-            return lines
-        of_batch: dict[str, list[dict[str, Any]]] = {}
-        for line in lines:
-            of_batch.setdefault(line["custom_id"], []).append(line)
+        results = await self._ended_lines(data)
+        if not isinstance(results, ResultLines):
+            return results
         ended = str(data["status"])
-        return JobEnded({b: line_result(of_batch.get(b, []), ended) for b in batch_ids})
+        return JobEnded(LinesRead(results, batch_ids, lambda lines: line_result(lines, ended)))
 
     async def _look(self, batch_id: str) -> tuple[dict[str, Any], TaskStatus] | Unknown | NoVerdict:
         response = await self._read(f"/batches/{batch_id}")
@@ -318,39 +320,30 @@ class OpenAIBatchClient(HttpUpstream):
             return not_the_answer(f"batch {batch_id} has an unexpected status {said!r}")
         return data, status
 
-    async def _ended_lines(
-        self, data: dict[str, Any]
-    ) -> list[dict[str, Any]] | Unknown | NoVerdict:
-        """Every line of an ended batch: its output file's, then its error file's. A file
-        the upstream says it no longer has, or that cannot be read, is no verdict."""
-        lines: list[dict[str, Any]] = []
+    async def _ended_lines(self, data: dict[str, Any]) -> ResultLines | Unknown | NoVerdict:
+        """Every line of an ended batch, by its `custom_id`: its output file's, then its
+        error file's, streamed to disk. A file the upstream says it no longer has (OpenAI
+        deletes a batch's files after their retention: its word on the results, as for the
+        batch), or that cannot be read, is no verdict. A broken (or cut) line names no
+        batch: that batch has no line yet."""
+        results = ResultLines(_custom_id)
         for name in ("output_file_id", "error_file_id"):
             file_id = data.get(name)
             if file_id is None:
                 continue
             if not isinstance(file_id, str) or not file_id:
+                results.close()
                 return not_the_answer(f"the batch's {name} is {file_id!r}")
-            read = await self._lines(file_id)
-            if not isinstance(read, list):
+            read = await self._download(f"/files/{file_id}/content", results)
+            if read is not None:
+                results.close()
                 return read
-            lines += read
-        return lines
+        return results
 
-    async def _lines(self, file_id: str) -> list[dict[str, Any]] | Unknown | NoVerdict:
-        # A 404 on a file the batch names: the upstream no longer has it (OpenAI deletes a
-        # batch's files after their retention), its word on the results, as for the batch.
-        response = await self._read(f"/files/{file_id}/content")
-        if not isinstance(response, httpx.Response):
-            return response
-        lines = []
-        for text in response.text.splitlines():
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue  # a broken (or cut) line names no batch: that batch has no line yet
-            if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
-                lines.append(line)
-        return lines
+
+def _custom_id(line: dict[str, Any]) -> str | None:
+    custom_id = line.get("custom_id")
+    return custom_id if isinstance(custom_id, str) else None
 
 
 # The codes of a request that never ran: its batch expired or was cancelled first.

@@ -101,14 +101,16 @@ class DirectPort:
             return one_call.no_verdict_of(exc)
 
     async def submit(
-        self,
-        submission_id: str,
-        lines: Sequence[tuple[str, Sequence[tuple[str, str]]]],
-        idempotency_key: str,
+        self, submission_id: str, batch_ids: Sequence[str], idempotency_key: str
     ) -> Created:
         s = self.settings
-        job = JobRequest(submission_id, s.model, s.analysis_in_use(), lines, idempotency_key)
-        return await self._retried("submit", lines[0][0], lambda c: one_call.submit_job(c, job))
+
+        async def submit(client: Upstream) -> Created:
+            lines = self.ledger.requests_of(batch_ids)  # as the task reads them, each attempt
+            job = JobRequest(submission_id, s.model, s.analysis_in_use(), lines, idempotency_key)
+            return await one_call.submit_job(client, job)
+
+        return await self._retried("submit", batch_ids[0], submit)
 
     async def wait_job(
         self,
