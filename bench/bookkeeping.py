@@ -75,7 +75,8 @@ def measure(url: str, count: int) -> dict[str, Any]:
         facts = facts_of(settings)
 
     trip = Trip(ledger, settings, NoCalls(), logging.getLogger("bench"))  # type: ignore[arg-type]
-    ids = [b.batch_id for b in ledger.batches(MONTH)]
+    planned = {b.batch_id: b.post_ids for b in ledger.batches(MONTH)}
+    ids = list(planned)
     clock = _Clock(url)
     marked: list[Any] = []
     while len(marked) < len(ids):
@@ -97,7 +98,9 @@ def measure(url: str, count: int) -> dict[str, Any]:
     clock.lap("write")
     usage = {"prompt_tokens": 900, "completion_tokens": 600}
     lines: dict[str, Any] = {
-        batch.batch_id: Delivered(json.dumps([_item(pid) for pid, _ in batch.request or []]), usage)
+        batch.batch_id: Delivered(
+            json.dumps([_item(pid) for pid in planned[batch.batch_id]]), usage
+        )
         for batch in marked
     }
     outcomes: dict[str, Any] = {}
