@@ -4,7 +4,8 @@ batch.
 
 One `AnthropicBatchState` is made per app (`simulator.anthropic_batches`) and handed to its
 routes and to `simulator.anthropic_batch_output`, so that a poll, a results download, a
-cancel and the listing all see the batch a create made.
+cancel and the listing all see the batch a create made. What a batch's requests answer is
+kept on disk (`spool`), not in memory: a month's batch is 20 000 requests of 25 posts.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
 
 from fastapi import Request, Response
 
 from simulator.anthropic_api import anthropic_error
 from simulator.faults import Faults
+from simulator.spool import Spool
 from simulator.upstream import SimTask, Upstream
 
 
 @dataclass
 class BatchRequest:
     custom_id: str
-    task: SimTask
+    task: SimTask  # its posts and output are not kept: its answer is on disk (`answers`)
     tool: str | None
     fate: str = "succeeded"  # or errored, expired, canceled
 
@@ -36,7 +38,11 @@ class MessageBatch:
     created_at: datetime  # UTC, microseconds: strictly later than the batch made before it
     started: float  # monotonic, at `created_at`: what its later instants are counted from
     cancel_at: float | None = None  # monotonic, when a cancel was asked
-    results: list[dict[str, Any]] = field(default_factory=list)
+    # The results line of each request that runs, in order, written as it was made (its
+    # message does not change later); until its results are written.
+    answers: Path | None = None
+    results: Path | None = None  # its results file, once written
+    counts: dict[str, int] | None = None  # its results by type, once written
 
     def ended(self, now: float) -> bool:
         return self.cancel_at is not None or all(now >= r.task.done_at for r in self.requests)
@@ -53,6 +59,7 @@ class AnthropicBatchState:
     upstream: Upstream
     faults: Faults
     key_matches: Callable[[str], bool]
+    spool: Spool  # where its batches' answers and results are
     # In the order they were made (the listing's ties, were there any, go by it).
     batches: dict[str, MessageBatch] = field(default_factory=dict)
     last_created: datetime | None = None
@@ -69,6 +76,7 @@ class AnthropicBatchState:
     def forget_all(self) -> None:
         """Forget every batch (`POST /_sim/reset`)."""
         self.batches.clear()
+        self.spool.clear()
 
     def denied(self, request: Request) -> Response | None:
         """The 401 of a request without the key (in `x-api-key`, or as a Bearer token)."""

@@ -22,16 +22,18 @@ GET /v1/messages/batches/{id}, its `results` GET /v1/messages/batches/{id}/resul
 
 The batches its routes share are one `simulator.anthropic_batch_state.AnthropicBatchState`;
 what a batch shows, its body and its results file, is `simulator.anthropic_batch_output`'s.
+A create's body is read as it arrives (`simulator.anthropic_batch_body`), and what each
+request answers is kept on disk, from the create on: memory holds a request at a time.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from fastapi import FastAPI, Request, Response
 
@@ -40,66 +42,56 @@ from simulator.anthropic_api import (
     anthropic_error,
     before_create,
     forced_tool,
-    problem_of,
+    message,
     refused,
     status_answer,
     system_text,
 )
+from simulator.anthropic_batch_body import CreateBody, read_create_body
 from simulator.anthropic_batch_list import add_list_route
-from simulator.anthropic_batch_output import batch_body, results_jsonl, root_of
+from simulator.anthropic_batch_output import answer_line, batch_body, root_of
 from simulator.anthropic_batch_state import AnthropicBatchState, BatchRequest, MessageBatch
 from simulator.faults import Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.openai_chat import chat_input
 from simulator.outputs import spoiled_by
-from simulator.read_faults import answered_early, spoiled_answer, spoiled_file
+from simulator.read_faults import answered_early, spoiled_answer, spoiled_file_at
 from simulator.responses import transport_fault
+from simulator.spool import Spool, discard
 from simulator.upstream import SimTask, Upstream
 
-MAX_REQUESTS = 100_000
-MAX_BYTES = 256 * 1024 * 1024
-_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 # What a task fault makes of a request: it does not succeed, and is not billed.
 _FATE = {"task_failed": "errored", "expired": "expired", "cancelled": "canceled"}
 
 
-def _batch_problem(request: Request, raw: bytes, body: Any) -> str | None:
-    if len(raw) > MAX_BYTES:
-        return f"requests: the batch is over {MAX_BYTES} bytes"
-    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
-        return "requests: Field required"
-    requests = body["requests"]
-    if not requests:
-        return "requests: List should have at least 1 item after validation, not 0"
-    if len(requests) > MAX_REQUESTS:
-        return f"requests: List should have at most {MAX_REQUESTS} items"
-    seen: set[str] = set()
-    for index, item in enumerate(requests):
-        custom_id = item.get("custom_id") if isinstance(item, dict) else None
-        if not isinstance(custom_id, str) or not _CUSTOM_ID.fullmatch(custom_id):
-            return (
-                f"requests.{index}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
-            )
-        if custom_id in seen:
-            return f"Duplicate custom_id: {custom_id!r}; custom_id must be unique in a batch"
-        seen.add(custom_id)
-        if (problem := problem_of(request, item.get("params"))) is not None:
-            return f"requests.{index}.params.{problem}"
-    return None
+class _Shared:
+    """One copy of what a batch's requests carry alike (their system prompt, their schema,
+    their model): 20 000 requests keep one, not 20 000."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, Any] = {}
+
+    def one(self, value: Any) -> Any:
+        key = value if isinstance(value, str) else json.dumps(value)
+        return self._seen.setdefault(f"{type(value).__name__}:{key}", value)
 
 
 def _run(
     state: AnthropicBatchState,
     batch_id: str,
-    custom_id: str,
-    params: dict[str, Any],
+    item: dict[str, Any],
     faulted: bool,
+    shared: _Shared,
+    answers: TextIO,
 ) -> BatchRequest:
-    """One request of a batch, run; `faulted=False`: it meets no task or output fault."""
+    """One request of a batch, run, its results line written to `answers` (if it runs);
+    `faulted=False`: it meets no task or output fault."""
     upstream, faults = state.upstream, state.faults
+    custom_id, params = item["custom_id"], item["params"]
     system = {"role": "system", "content": system_text(params.get("system"))}
     prompt, posts = chat_input([system, *params["messages"]])
-    model, tool = str(params["model"]), forced_tool(params)
+    model, tool = shared.one(str(params["model"])), forced_tool(params)
+    prompt = shared.one(prompt)
     # No task id: a request a task fault keeps from running is never charged.
     task_fault = (
         faults.decide(Route.TASK, batch_id=batch_id, custom_id=custom_id) if faulted else None
@@ -111,7 +103,7 @@ def _run(
             None,
             model,
             prompt,
-            posts,
+            [],
             now,
             now + upstream.latency,
             "",
@@ -128,36 +120,47 @@ def _run(
         now=time.monotonic(),
         on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id) if faulted else None,
         honour_key=False,
-        schema=messages_item_schema(params),
+        schema=shared.one(messages_item_schema(params)),
     )
+    answer = message(task.model, task.output, tool, task.input_tokens)
+    answers.write(answer_line(custom_id, answer) + "\n")
+    task.posts, task.output = [], ""  # its answer is on disk
     return BatchRequest(custom_id, task, tool)
 
 
 def _new_batch(
-    state: AnthropicBatchState, requests: list[dict[str, Any]], *, faulted: bool = True
+    state: AnthropicBatchState, body: CreateBody, *, faulted: bool = True
 ) -> MessageBatch:
     batch_id = f"msgbatch_{uuid.uuid4().hex[:24]}"
     created_at, started = state.created_now(), time.monotonic()
+    answers, shared = state.spool.fresh("answers"), _Shared()
+    try:
+        with answers.open("w", encoding="utf-8") as out:
+            requests = [
+                _run(state, batch_id, item, faulted, shared, out) for item in body.requests()
+            ]
+    except BaseException:
+        discard(answers)
+        raise
     batch = MessageBatch(
         id=batch_id,
-        requests=[
-            _run(state, batch_id, item["custom_id"], item["params"], faulted) for item in requests
-        ],
+        requests=requests,
         created_at=created_at,
         started=started,
+        answers=answers,
     )
     state.batches[batch.id] = batch
     return batch
 
 
-def _batch_again(state: AnthropicBatchState, requests: list[dict[str, Any]]) -> Made:
+def _batch_again(state: AnthropicBatchState, body: CreateBody) -> Made:
     """A gateway's extra attempt: another Message Batch, each of its requests charged."""
-    batch = _new_batch(state, requests, faulted=False)
+    batch = _new_batch(state, body, faulted=False)
     return Made([request.task.task_id for request in batch.requests], batch.id)
 
 
-def _results_file(state: AnthropicBatchState, request: Request, batch_id: str) -> Response | bytes:
-    """The true answer of a results download: its JSONL bytes, or the error."""
+def _results_file(state: AnthropicBatchState, request: Request, batch_id: str) -> Response | Path:
+    """The true answer of a results download: its JSONL file, or the error."""
     batch = state.found(request, batch_id)
     if isinstance(batch, Response):
         return batch
@@ -166,14 +169,20 @@ def _results_file(state: AnthropicBatchState, request: Request, batch_id: str) -
             400, "invalid_request_error", f"Message Batch {batch_id} has not ended yet"
         )
     batch_body(state, batch, root_of(request))  # writes the results once
-    return results_jsonl(batch)
+    assert batch.results is not None
+    return batch.results
 
 
 def add_anthropic_batch_routes(
-    app: FastAPI, upstream: Upstream, faults: Faults, key_matches: Callable[[str], bool]
+    app: FastAPI,
+    upstream: Upstream,
+    faults: Faults,
+    key_matches: Callable[[str], bool],
+    spool: Spool,
 ) -> Callable[[], None]:
-    """Add the routes; returns what forgets every batch (for `POST /_sim/reset`)."""
-    state = AnthropicBatchState(upstream, faults, key_matches)
+    """Add the routes; returns what forgets every batch (for `POST /_sim/reset`). `spool`:
+    where its batches' answers and results are kept."""
+    state = AnthropicBatchState(upstream, faults, key_matches, spool)
     _add_create_route(app, state)
     add_list_route(app, state)
     _add_batch_routes(app, state)
@@ -188,20 +197,17 @@ def _add_create_route(app: FastAPI, state: AnthropicBatchState) -> None:
         upstream.count_request("create")
         if (refusal := state.denied(request)) is not None:
             return refusal
-        raw = await request.body()
+        body = await read_create_body(request, state.spool)
         try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if (problem := _batch_problem(request, raw, body)) is not None:
-            return anthropic_error(400, "invalid_request_error", problem)
-        decision = faults.decide(Route.CREATE)
-        decision = through_gateway(
-            request, faults, decision, lambda: _batch_again(state, body["requests"])
-        )
-        if (early := await before_create(decision)) is not None:
-            return early
-        batch = _new_batch(state, body["requests"])
+            if (problem := body.problem()) is not None:
+                return anthropic_error(400, "invalid_request_error", problem)
+            decision = faults.decide(Route.CREATE)
+            decision = through_gateway(request, faults, decision, lambda: _batch_again(state, body))
+            if (early := await before_create(decision)) is not None:
+                return early
+            batch = _new_batch(state, body)
+        finally:
+            body.discard()  # each batch made of it keeps its own answers
         if decision is not None:
             # A charge per request that runs (one a task fault stops is never charged).
             made = [asked.task.task_id for asked in batch.requests if asked.fate == "succeeded"]
@@ -234,7 +240,7 @@ def _add_batch_routes(app: FastAPI, state: AnthropicBatchState) -> None:
         if (early := await answered_early(decision, status_answer)) is not None:
             return early
         true_answer = _results_file(state, request, batch_id)
-        return spoiled_file(faults, decision, true_answer, "application/binary")
+        return spoiled_file_at(faults, decision, true_answer, "application/binary")
 
     @app.post("/v1/messages/batches/{batch_id}/cancel")
     async def cancel(batch_id: str, request: Request) -> Any:

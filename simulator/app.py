@@ -6,7 +6,9 @@ Its own async task API (/v1/tasks): `simulator.task_api`. The OpenAI protocols:
 API: `simulator.anthropic_api` (/v1/messages); its Message Batches API:
 `simulator.anthropic_batches` (/v1/messages/batches). The control routes (/_sim/charges,
 /_sim/stats, /_sim/faults, /_sim/reset, /_sim/hold, /_sim/tasks/{id}/forget):
-`simulator.control`.
+`simulator.control`. What the Batch API faces keep between requests is on disk, in a
+temporary folder of the app's (`app.state.spool`, `simulator.spool`), removed when the
+simulator stops.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from simulator.control import add_control_routes
 from simulator.faults import Faults
 from simulator.gateway import GatewayHeader
 from simulator.openai_api import add_openai_routes
+from simulator.spool import TemporarySpool
 from simulator.task_api import TaskApi, add_task_routes
 from simulator.upstream import Upstream
 
@@ -37,8 +40,10 @@ def create_app(
     app = FastAPI(title="postledger upstream simulator", docs_url=None, redoc_url=None)
     app.add_middleware(GatewayHeader)  # the gateway faults' x-litellm-attempted-retries
     faults = faults or Faults()
+    spool = TemporarySpool()
     app.state.upstream = upstream
     app.state.faults = faults
+    app.state.spool = spool
 
     def authorized(request: Request) -> bool:
         if api_key is None:
@@ -51,8 +56,10 @@ def create_app(
 
     # Added in this order, the routes are listed (and matched) in it.
     add_task_routes(app, TaskApi(upstream, faults, authorized, create_delay))
-    forget_openai = add_openai_routes(app, upstream, faults, authorized)
+    forget_openai = add_openai_routes(app, upstream, faults, authorized, spool.within("openai"))
     add_anthropic_routes(app, upstream, faults, key_matches)
-    forget_anthropic_batches = add_anthropic_batch_routes(app, upstream, faults, key_matches)
+    forget_anthropic_batches = add_anthropic_batch_routes(
+        app, upstream, faults, key_matches, spool.within("anthropic")
+    )
     add_control_routes(app, upstream, faults, forget=[forget_openai, forget_anthropic_batches])
     return app

@@ -25,6 +25,11 @@ class StartingSimulator:
         self._timeout = startup_timeout
         self._url: str | None = None
 
+    @property
+    def pid(self) -> int:
+        """The child's process id: a bench reads its memory from /proc."""
+        return self._process.pid
+
     def wait_ready(self) -> str:
         if self._url is None:
             self._url = _wait_ready(self._process, self._timeout)

@@ -8,10 +8,11 @@ analysis could be chosen; any other analysis field by field (`simulator.answers`
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
 from postledger.analysis.default import Category, Sentiment
@@ -85,17 +86,33 @@ def summarise(text: str) -> str:
     return cut(first_sentence(text), SUMMARY_CHARS)
 
 
-def write_output(posts: Sequence[tuple[str, str]], schema: dict[str, Any] | None = None) -> str:
-    """The text the model "writes" for a batch: a JSON list, one item per post, each in the
-    shape of the item schema the request carried (`simulator.analyses`; none: the default)."""
+def answerer(schema: dict[str, Any] | None = None) -> Callable[[str, str], Any]:
+    """What answers one post (its id, its text) in the shape of the item schema the request
+    carried (`simulator.analyses`; none: the default analysis)."""
     analysis = analysis_of(schema)
     if is_default(analysis):
-        items: list[Any] = [analyse(pid, text) for pid, text in posts]
-    else:
-        items = [answer_item(analysis, pid, text) for pid, text in posts]
-    return json.dumps(items, ensure_ascii=False)
+        return analyse
+    return functools.partial(answer_item, analysis)
+
+
+def write_output(posts: Sequence[tuple[str, str]], schema: dict[str, Any] | None = None) -> str:
+    """The text the model "writes" for a batch: a JSON list, one item per post (`answerer`)."""
+    answer = answerer(schema)
+    return json.dumps([answer(pid, text) for pid, text in posts], ensure_ascii=False)
+
+
+def list_length(lengths: int, count: int) -> int:
+    """The length of a JSON list (`json.dumps`'s ", " between items) of `count` items whose
+    own JSON is `lengths` characters in all: a batch's output is counted without being
+    written whole."""
+    return 2 + lengths + 2 * max(0, count - 1)
 
 
 def count_tokens(text: str) -> int:
     """A rough, deterministic token count (~4 characters per token), like a tokenizer's."""
-    return max(1, math.ceil(len(text) / 4))
+    return tokens_in(len(text))
+
+
+def tokens_in(length: int) -> int:
+    """`count_tokens` of a text of this many characters."""
+    return max(1, math.ceil(length / 4))

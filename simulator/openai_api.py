@@ -12,7 +12,7 @@ POST /v1/batches/{id}/cancel  cancelling -> cancelled; the requests not yet run 
 Each resource's routes are in their own module: `simulator.openai_chat`,
 `simulator.openai_files` and `simulator.openai_batches` (with `simulator.openai_batch_output`
 and `simulator.openai_batch_rules`); the files and batches they share are one
-`simulator.openai_state.OpenAIState`.
+`simulator.openai_state.OpenAIState`, its files on disk (`simulator.spool`).
 """
 
 from __future__ import annotations
@@ -26,16 +26,22 @@ from simulator.openai_batches import add_batch_routes
 from simulator.openai_chat import add_chat_routes, chat_input
 from simulator.openai_files import add_file_routes
 from simulator.openai_state import OpenAIState
+from simulator.spool import Spool
 from simulator.upstream import Upstream
 
 __all__ = ["add_openai_routes", "chat_input"]  # chat_input: its old home, for old imports
 
 
 def add_openai_routes(
-    app: FastAPI, upstream: Upstream, faults: Faults, authorized: Callable[[Request], bool]
+    app: FastAPI,
+    upstream: Upstream,
+    faults: Faults,
+    authorized: Callable[[Request], bool],
+    spool: Spool,
 ) -> Callable[[], None]:
-    """Adds the routes; returns what forgets every file and batch (`POST /_sim/reset`)."""
-    state = OpenAIState(upstream, faults, authorized)
+    """Adds the routes; returns what forgets every file and batch (`POST /_sim/reset`).
+    `spool`: where its files are kept."""
+    state = OpenAIState(upstream, faults, authorized, spool)
     add_chat_routes(app, state)
     add_file_routes(app, state)
     add_batch_routes(app, state)

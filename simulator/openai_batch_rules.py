@@ -19,7 +19,11 @@ error codes are the simulator's own where the documentation names none.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from simulator.spool import lines_of
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_REQUESTS = 50_000
@@ -78,59 +82,80 @@ def metadata_problem(metadata: Any) -> str | None:
     return None
 
 
-def line_errors(content: bytes, endpoint: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(requests, errors) of an input file: the parsed lines, and one error per bad line as
-    the batch's `errors.data` lists them. Any error fails the whole batch."""
-    requests: list[dict[str, Any]] = []
-    errors: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    model: str | None = None
+def input_lines(path: Path) -> Iterator[str]:
+    """The lines of an input file, read one at a time: its non-blank lines as the whole file,
+    decoded (bad UTF-8 replaced), then split at any line boundary `str.splitlines` knows, gave
+    them. (A `\\n` never ends a multi-byte character: decoding line by line decodes alike.)"""
+    for raw in lines_of(path):
+        for text in raw.decode("utf-8", "replace").splitlines():
+            if text.strip():
+                yield text
 
-    def bad(line: int, code: str, message: str, param: str | None = None) -> None:
-        errors.append({"code": code, "message": message, "param": param, "line": line})
 
-    lines = [text for text in content.decode("utf-8", "replace").splitlines() if text.strip()]
-    if len(lines) > MAX_REQUESTS:
-        bad(0, "too_many_requests", f"The file has {len(lines)} requests; at most 50 000.")
-        return [], errors
-    for number, text in enumerate(lines, start=1):
+def too_many(count: int) -> dict[str, Any] | None:
+    """The one error of an input file of more lines than a batch takes, or None."""
+    if count <= MAX_REQUESTS:
+        return None
+    message = f"The file has {count} requests; at most 50 000."
+    return {"code": "too_many_requests", "message": message, "param": None, "line": 0}
+
+
+class LineChecker:
+    """The lines of an input file checked one by one, in order (`check`): the errors found so
+    far, one per bad line as the batch's `errors.data` lists them. Any error fails the whole
+    batch."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.errors: list[dict[str, Any]] = []
+        self._seen: set[str] = set()
+        self._model: Any = None
+
+    def _bad(self, line: int, code: str, message: str, param: str | None = None) -> None:
+        self.errors.append({"code": code, "message": message, "param": param, "line": line})
+
+    def check(self, number: int, text: str) -> dict[str, Any] | None:
+        """The request of line `number` (1-based), or None for a line that is none; a request
+        with another fault (its custom_id used before, its endpoint, model or streaming) is
+        returned, its error noted."""
         try:
             request = json.loads(text)
         except ValueError:
-            bad(number, "invalid_json_line", "This line is not parseable as valid JSON.")
-            continue
+            self._bad(number, "invalid_json_line", "This line is not parseable as valid JSON.")
+            return None
         if not isinstance(request, dict) or not isinstance(request.get("body"), dict):
-            bad(
+            self._bad(
                 number,
                 "missing_required_parameter",
                 "Each line needs custom_id, method, url, body.",
             )
-            continue
+            return None
         missing = [name for name in ("custom_id", "method", "url") if not request.get(name)]
         if missing:
-            bad(number, "missing_required_parameter", f"Missing {missing[0]}.", missing[0])
-            continue
+            self._bad(number, "missing_required_parameter", f"Missing {missing[0]}.", missing[0])
+            return None
         custom_id, body = str(request["custom_id"]), request["body"]
-        if custom_id in seen:
-            bad(
+        if custom_id in self._seen:
+            self._bad(
                 number,
                 "duplicate_custom_id",
                 "The custom_id for this request is a duplicate of another request. The "
                 "custom_id parameter must be unique for each request in a batch.",
                 "custom_id",
             )
-        seen.add(custom_id)
-        if request["method"] != "POST" or request["url"] != endpoint:
-            bad(
+        self._seen.add(custom_id)
+        if request["method"] != "POST" or request["url"] != self.endpoint:
+            self._bad(
                 number,
                 "mismatched_endpoint",
                 f"This line's {request['method']} {request['url']} does not match the "
-                f"batch's endpoint POST {endpoint}.",
+                f"batch's endpoint POST {self.endpoint}.",
                 "url",
             )
-        model = model if model is not None else body.get("model")
+        # The first model named so far (a line that names none does not set it).
+        model = self._model = self._model if self._model is not None else body.get("model")
         if body.get("model") != model:
-            bad(
+            self._bad(
                 number,
                 "mismatched_model",
                 f"The model {body.get('model')!r} differs from {model!r} of the first line: "
@@ -138,6 +163,7 @@ def line_errors(content: bytes, endpoint: str) -> tuple[list[dict[str, Any]], li
                 "body.model",
             )
         if body.get("stream"):
-            bad(number, "invalid_request", "Streaming is not supported in batch.", "body.stream")
-        requests.append(request)
-    return requests, errors
+            self._bad(
+                number, "invalid_request", "Streaming is not supported in batch.", "body.stream"
+            )
+        return request

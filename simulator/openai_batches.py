@@ -14,6 +14,10 @@ A batch runs all its requests as one simulated task (one charge listing every po
 ended is `simulator.openai_batch_output`'s. It answers the analysis its first line asks
 (`simulator.analyses`). A line whose strict schema OpenAI would refuse
 (`simulator.openai_strict`) does not run: its 400 is in the error file, and it is not billed.
+
+Its input file is read from disk a line at a time (`simulator.openai_batch_scan`), and what
+its lines hold stays on disk while it runs (`simulator.openai_batch_lines`): in memory, a batch
+keeps its custom_ids, and its charge the ids of the posts it bills.
 """
 
 from __future__ import annotations
@@ -25,12 +29,12 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
-from simulator.analyses import chat_item_schema
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
+from simulator.openai_batch_lines import BatchLines, with_spoiled_item
 from simulator.openai_batch_output import ENDPOINT, batch_body
-from simulator.openai_batch_rules import create_problem, line_errors
-from simulator.openai_chat import chat_input, json_mode
+from simulator.openai_batch_rules import create_problem
+from simulator.openai_batch_scan import ScannedInput, read_lines, scan_input
 from simulator.openai_state import (
     ENDED_STATES,
     OpenAIState,
@@ -40,8 +44,6 @@ from simulator.openai_state import (
     invalid,
     new_id,
 )
-from simulator.openai_strict import strict_problem
-from simulator.outputs import spoil_noted
 from simulator.read_faults import answered_early, spoiled_answer
 from simulator.responses import refusal, transport_fault
 from simulator.upstream import SimTask
@@ -49,15 +51,13 @@ from simulator.upstream import SimTask
 
 @dataclass
 class _BatchInput:
-    """A create request that passed the checks: its body, its input file and that file's
-    lines, valid and not (any invalid line makes a batch that fails validation), and why
-    each line whose schema OpenAI refuses is refused, by custom_id."""
+    """A create request that passed the checks: its body, its input file and what its lines
+    hold (any invalid line makes a batch that fails validation; each line whose schema
+    OpenAI refuses is refused, by custom_id)."""
 
     body: dict[str, Any]
     source: SimFile
-    lines: list[dict[str, Any]]
-    bad_lines: list[dict[str, Any]]
-    refused: dict[str, str]
+    scanned: ScannedInput
 
 
 @dataclass
@@ -67,27 +67,31 @@ class _BatchFaults:
 
     faults: Faults
     batch_id: str
-    requests: list[tuple[str, list[str]]]
+    scanned: ScannedInput
+    lines: BatchLines
     fate: str = "completed"
     failed_request: str | None = None
     spoiled_request: tuple[str, str] | None = None
 
     def draw(self, task: SimTask) -> None:
-        faults, requests = self.faults, self.requests
+        faults, running = self.faults, self.scanned.running
         task_fault = faults.decide(Route.TASK, task.task_id, batch_id=self.batch_id)
         if task_fault is not None:
             self.fate = "failed" if task_fault.fault == "task_failed" else task_fault.fault
         output_fault = faults.decide(Route.OUTPUT, task.task_id, batch_id=self.batch_id)
         if output_fault is not None and output_fault.fault == "request_error":
-            self.failed_request = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+            self.failed_request = running[faults.pick(Route.OUTPUT, len(running))]
             faults.note(output_fault, custom_id=self.failed_request)
         elif output_fault is not None and output_fault.fault in WHOLE_OUTPUT:
             # The answer of one request (one line) goes wrong, not every line's.
-            custom_id = requests[faults.pick(Route.OUTPUT, len(requests))][0]
+            custom_id = running[faults.pick(Route.OUTPUT, len(running))]
             self.spoiled_request = (custom_id, output_fault.fault)
             faults.note(output_fault, custom_id=custom_id)
-        elif output_fault is not None:
-            task.output = spoil_noted(faults, output_fault, task.output, task.schema)
+        elif output_fault is not None:  # one item of the whole output
+            count, known = len(self.scanned.post_ids), self.scanned.known
+            self.lines = with_spoiled_item(
+                self.lines, faults, output_fault, count, known, task.schema
+            )
 
 
 def _batch_input(state: OpenAIState, body: Any) -> _BatchInput | Response:
@@ -99,12 +103,10 @@ def _batch_input(state: OpenAIState, body: Any) -> _BatchInput | Response:
     source = state.files.get(str(body.get("input_file_id")))
     if source is None or source.purpose != "batch":
         return invalid("input_file_id names no uploaded file of purpose batch")
-    lines, bad_lines = line_errors(source.content, ENDPOINT)
-    if not lines and not bad_lines:
+    scanned = scan_input(source.path, ENDPOINT)
+    if not scanned.custom_ids and not scanned.bad_lines:
         return invalid("the input file has no requests")
-    problems = {str(line["custom_id"]): strict_problem(line["body"]) for line in lines}
-    refused = {custom_id: problem for custom_id, problem in problems.items() if problem}
-    return _BatchInput(body, source, lines, bad_lines, refused)
+    return _BatchInput(body, source, scanned)
 
 
 def _metadata(body: dict[str, Any]) -> dict[str, str]:
@@ -113,50 +115,40 @@ def _metadata(body: dict[str, Any]) -> dict[str, str]:
 
 def _batch_task(
     state: OpenAIState,
-    lines: list[dict[str, Any]],
-    posts: list[tuple[str, str]],
+    scanned: ScannedInput,
     key: str | None,
     on_new: Callable[[SimTask], None] | None,
+    now: float,
 ) -> SimTask:
-    """The one task that runs these lines (`posts`: theirs), made and charged; no line to run
-    (every one refused): a task never billed, that ends after the latency."""
-    if not lines:
-        now = time.monotonic()
+    """The one task that runs the lines not refused, made and charged; no line to run (every
+    one refused): a task never billed, that ends after the latency."""
+    if not scanned.running:
         return SimTask(
             new_id("task"), None, "", "", [], now, now + state.upstream.latency, "[]", 0, 0
         )
-    first = lines[0]["body"]
-    prompt = chat_input(first["messages"])[0]
-    task, _ = state.upstream.create(
-        model=str(first.get("model", "")),
-        prompt=prompt,
-        posts=posts,
+    return state.upstream.create_counted(
+        model=scanned.model,
+        prompt=scanned.prompt,
+        post_ids=scanned.post_ids,
+        input_tokens=scanned.input_tokens,
+        output_tokens=scanned.output_tokens,
         idempotency_key=key,
-        now=time.monotonic(),
+        now=now,
         on_new=on_new,
-        honour_key=False,
-        schema=chat_item_schema(first, prompt),
+        schema=scanned.schema,
     )
-    return task
 
 
 def _new_batch(state: OpenAIState, given: _BatchInput, *, faulted: bool = True) -> SimBatch:
     """A batch of the valid lines, made and charged for those not refused; `faulted=False`:
     it meets no task or output fault."""
-    asked = [
-        (str(line["custom_id"]), chat_input(line["body"]["messages"])[1]) for line in given.lines
-    ]
-    requests = [(custom_id, [pid for pid, _ in of_request]) for custom_id, of_request in asked]
-    refused = given.refused
-    lines = [line for line in given.lines if str(line["custom_id"]) not in refused]
-    posts = [
-        post for custom_id, of_request in asked if custom_id not in refused for post in of_request
-    ]
-    running = [request for request in requests if request[0] not in refused]
-    metadata = _metadata(given.body)
-    drawn = _BatchFaults(state.faults, new_id("batch"), running)
+    scanned, metadata = given.scanned, _metadata(given.body)
+    # Its latency runs from before its posts are answered, as when the model wrote its whole
+    # output in the task's own time.
+    now = time.monotonic()
+    drawn = _BatchFaults(state.faults, new_id("batch"), scanned, read_lines(scanned, state.spool))
     on_new = drawn.draw if faulted else None
-    task = _batch_task(state, lines, posts, metadata.get("postledger_key"), on_new)
+    task = _batch_task(state, scanned, metadata.get("postledger_key"), on_new, now)
     batch = SimBatch(
         id=drawn.batch_id,
         task=task,
@@ -165,18 +157,20 @@ def _new_batch(state: OpenAIState, given: _BatchInput, *, faulted: bool = True) 
         metadata=metadata,
         created_at=int(time.time()),
         fate=drawn.fate,
-        requests=requests,
-        json_mode=json_mode(lines[0]["body"]) if lines else True,
+        # Only the custom_ids: what each line holds is on disk (`lines`).
+        requests=[(custom_id, ()) for custom_id in scanned.custom_ids],
+        json_mode=scanned.json_mode,
         failed_request=drawn.failed_request,
         spoiled_request=drawn.spoiled_request,
-        refused=given.refused,
+        refused=scanned.refused,
+        lines=drawn.lines,
     )
     return state.add_batch(batch)
 
 
 def _charged(batch: SimBatch) -> list[str]:
     """The charge a batch made: none when every line was refused."""
-    return [batch.task.task_id] if batch.task.posts else []
+    return [batch.task.task_id] if len(batch.requests) > len(batch.refused) else []
 
 
 def _rejected_batch(state: OpenAIState, given: _BatchInput) -> SimBatch:
@@ -191,7 +185,7 @@ def _rejected_batch(state: OpenAIState, given: _BatchInput) -> SimBatch:
         metadata=_metadata(given.body),
         created_at=int(time.time()),
         fate="failed",
-        line_errors=given.bad_lines,
+        line_errors=given.scanned.bad_lines,
     )
     return state.add_batch(batch)
 
@@ -199,7 +193,7 @@ def _rejected_batch(state: OpenAIState, given: _BatchInput) -> SimBatch:
 def _batch_again(state: OpenAIState, given: _BatchInput) -> Made:
     """A gateway's extra attempt: another batch of the same file and metadata, charged for
     all its lines (or, failing validation, unbilled)."""
-    if given.bad_lines:
+    if given.scanned.bad_lines:
         return Made(batch=_rejected_batch(state, given).id)
     batch = _new_batch(state, given, faulted=False)
     return Made(_charged(batch), batch.id)
@@ -235,7 +229,7 @@ def add_batch_routes(app: FastAPI, state: OpenAIState) -> None:
         decision = through_gateway(request, faults, decision, lambda: _batch_again(state, given))
         if decision is not None and decision.fault not in CREATE_AFTER:
             return await transport_fault(decision)  # nothing was made
-        if given.bad_lines:  # it fails validation: nothing runs, nothing is billed
+        if given.scanned.bad_lines:  # it fails validation: nothing runs, nothing is billed
             rejected = _rejected_batch(state, given)
             if decision is not None:  # answered all the same: the fault changes nothing
                 faults.note(decision, made=[], batch_id=rejected.id, applied=False)

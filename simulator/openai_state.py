@@ -3,7 +3,8 @@ the upstream and faults they charge and fault through, and their common error an
 
 One `OpenAIState` is made per app (`simulator.openai_api`) and handed to each resource's routes,
 so that a batch can read the file it was made from and write its output files where
-GET /v1/files finds them.
+GET /v1/files finds them. Files are kept on disk, in the state's `spool` (named by their id),
+never in memory: a month's input file is 200 MB.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import Request, Response
 
 from simulator.faults import Faults
+from simulator.openai_batch_lines import BatchLines
 from simulator.responses import error
+from simulator.spool import Spool
 from simulator.upstream import SimTask, TaskState, Upstream
 
 # The task states after which a batch can no longer be cancelled.
@@ -30,7 +34,8 @@ class SimFile:
     id: str
     filename: str
     purpose: str
-    content: bytes
+    path: Path  # its bytes, on disk
+    size: int
     created_at: int
     batch_id: str | None = None  # the batch whose output or error file it is
 
@@ -38,7 +43,7 @@ class SimFile:
         return {
             "id": self.id,
             "object": "file",
-            "bytes": len(self.content),
+            "bytes": self.size,
             "created_at": self.created_at,
             "filename": self.filename,
             "purpose": self.purpose,
@@ -55,8 +60,9 @@ class SimBatch:
     metadata: dict[str, str]
     created_at: int
     fate: str = "completed"  # how it ends: completed, failed, expired, cancelled
-    # Each request: its custom_id and the ids of the posts its chat request carries.
-    requests: list[tuple[str, list[str]]] = field(default_factory=list)
+    # Each request, in the input file's order: its custom_id (and no more: what its lines
+    # hold is on disk, `lines`).
+    requests: list[tuple[str, Sequence[str]]] = field(default_factory=list)
     json_mode: bool = True  # the requests asked for a JSON object (response_format)
     failed_request: str | None = None  # a request_error fault: this request fails
     spoiled_request: tuple[str, str] | None = None  # a whole-output fault: (request, fault)
@@ -69,6 +75,9 @@ class SimBatch:
     # The requests refused for their schema (`simulator.openai_strict`): never run, answered
     # with their 400 in the error file. By custom_id, OpenAI's message.
     refused: dict[str, str] = field(default_factory=dict)
+    # What its lines hold (their posts' ids, token counts and answers), on disk; None for a
+    # batch that never runs (it failed validation).
+    lines: BatchLines | None = None
 
     def status(self, now: float) -> str:
         if self.cancel_at is not None and self.task.state(now) not in ENDED_STATES:
@@ -88,6 +97,7 @@ class OpenAIState:
     upstream: Upstream
     faults: Faults
     authorized: Callable[[Request], bool]
+    spool: Spool  # where its files are
     files: dict[str, SimFile] = field(default_factory=dict)
     batches: dict[str, SimBatch] = field(default_factory=dict)
     # Re-entrant: finishing a batch, under this lock, adds its files under it again.
@@ -98,11 +108,15 @@ class OpenAIState:
         with self.lock:
             self.files.clear()
             self.batches.clear()
+            self.spool.clear()
 
     def add_file(
-        self, filename: str, purpose: str, content: bytes, batch_id: str | None = None
+        self, filename: str, purpose: str, written: Path, size: int, batch_id: str | None = None
     ) -> SimFile:
-        made = SimFile(new_id("file"), filename, purpose, content, int(time.time()), batch_id)
+        """A file of the bytes `written` holds, which it takes: moved to a name of its id."""
+        file_id = new_id("file")
+        path = written.rename(self.spool.path(f"{file_id}.jsonl"))
+        made = SimFile(file_id, filename, purpose, path, size, int(time.time()), batch_id)
         with self.lock:
             self.files[made.id] = made
         return made

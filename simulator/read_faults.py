@@ -11,16 +11,19 @@ in two steps, so that it computes its true answer only when a fault needs it:
         return early                      # transport faults, html: no true answer needed
     return spoiled_answer(faults, decision, true_answer, status_field="status")
 
-(`spoiled_file` for `results`, whose true answer is JSONL bytes.)
+(`spoiled_file` for `results`, whose true answer is JSONL bytes; `spoiled_file_at` for one
+kept on disk, which streams it from there unless a fault spoils it.)
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import Response
+from fastapi.responses import FileResponse
 
 from simulator.faults import READ_REFUSED, TRANSPORT, Decision, Faults, Route
 from simulator.responses import refusal, transport_fault
@@ -116,12 +119,15 @@ JSON_SPOILERS: dict[str, Callable[[Decision, dict[str, Any], str], Response | No
 }
 
 
+_FILE_SPOILERS = ("cut_file", "missing_lines")
+
+
 def spoiled_file(
     faults: Faults, decision: Decision | None, true_answer: Response | bytes, media_type: str
 ) -> Response:
     """A results file (JSONL) as the fault leaves it: cut mid-line, or one line left out."""
     if isinstance(true_answer, Response):
-        if decision is not None and decision.fault in ("cut_file", "missing_lines"):
+        if decision is not None and decision.fault in _FILE_SPOILERS:
             faults.note(decision, applied=False)
         return true_answer
     content = true_answer
@@ -130,6 +136,18 @@ def spoiled_file(
     elif decision is not None and decision.fault == "missing_lines":
         content = _without_one_line(faults, decision, content)
     return Response(content, media_type=media_type)
+
+
+def spoiled_file_at(
+    faults: Faults, decision: Decision | None, true_answer: Response | Path, media_type: str
+) -> Response:
+    """A results file kept on disk as the fault leaves it: streamed from disk when no fault
+    spoils it, read whole only for one that does (they are armed on small test months)."""
+    if not isinstance(true_answer, Path):
+        return spoiled_file(faults, decision, true_answer, media_type)
+    if decision is None or decision.fault not in _FILE_SPOILERS:
+        return FileResponse(true_answer, media_type=media_type)
+    return spoiled_file(faults, decision, true_answer.read_bytes(), media_type)
 
 
 def _cut_mid_line(content: bytes) -> bytes:

@@ -4,7 +4,9 @@ child process."""
 from __future__ import annotations
 
 import logging
+import signal
 import socket
+from types import FrameType
 
 import uvicorn
 
@@ -12,6 +14,7 @@ from processes.children import QuietStop, watch_parent
 from simulator.app import create_app
 from simulator.child import READY_PREFIX
 from simulator.faults import FaultPlan, Faults
+from simulator.spool import TemporarySpool
 from simulator.upstream import Upstream
 
 
@@ -56,5 +59,24 @@ def serve(
     )
     logging.getLogger("uvicorn.error").addFilter(_QuietDeliberateResets())
     logging.getLogger("uvicorn.error").addFilter(QuietStop())  # open requests dropped after 1 s
+    spool: TemporarySpool = app.state.spool
+    _removed_on_stop(spool)
     print(f"{READY_PREFIX}http://{bound_host}:{bound_port}", flush=True)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        spool.close()
+
+
+def _removed_on_stop(spool: TemporarySpool) -> None:
+    """Remove the simulator's folder when it is stopped by SIGTERM (its parent's stop, the
+    lifeline's): uvicorn stops cleanly, then raises the signal again under the handler it
+    found, which by default ends the process before any `finally` runs. The handler it finds
+    is this one: the folder goes, then the process ends by SIGTERM, as it always did."""
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        spool.close()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)

@@ -145,60 +145,120 @@ class Upstream:
                     raise IdempotencyConflict(idempotency_key)
                 return task, False
             output = write_output(posts, schema)
-            task = SimTask(
-                task_id="task_" + uuid.UUID(int=self._ids.getrandbits(128), version=4).hex,
-                idempotency_key=idempotency_key,
-                model=model,
-                prompt=prompt,
-                posts=posts,
-                created=now,
-                done_at=math.inf if self.held else now + self.latency,
-                output=output,
-                input_tokens=count_tokens(prompt) + sum(count_tokens(t) for _, t in posts),
-                output_tokens=count_tokens(output),
-                schema=schema,
+            counted = count_tokens(prompt) + sum(count_tokens(t) for _, t in posts)
+            tokens = (counted, count_tokens(output))
+            task = self._new_task(
+                idempotency_key, model, prompt, posts, now, output, tokens, schema
             )
-            wall = datetime.now(UTC)
-            ends = "" if self.held else (wall + timedelta(seconds=self.latency)).isoformat()
-            if on_new is not None:
-                on_new(task)  # faults decided once per task, never again for a repeated key
-            self.tasks[task.task_id] = task
-            if idempotency_key is not None and honour_key:
-                self.by_key[idempotency_key] = task.task_id
-            self.charges.append(
-                Charge(
-                    task_id=task.task_id,
-                    idempotency_key=idempotency_key,
-                    post_ids=[pid for pid, _ in posts],
-                    model=model,
-                    input_tokens=task.input_tokens,
-                    output_tokens=task.output_tokens,
-                    at=wall.isoformat(),
-                    done_at=ends,
-                )
-            )
-            self.max_in_flight = max(self.max_in_flight, self._in_flight(now))
+            self._charge(task, [pid for pid, _ in posts], now, on_new, honour_key=honour_key)
             return task, True
+
+    def create_counted(
+        self,
+        *,
+        model: str,
+        prompt: str,
+        post_ids: list[str],
+        input_tokens: int,
+        output_tokens: int,
+        idempotency_key: str | None,
+        now: float,
+        on_new: Callable[[SimTask], None] | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> SimTask:
+        """Accept a task whose posts and output the caller counted and keeps (an OpenAI batch
+        keeps them on disk: a month's job is 500 000 posts); charged as `create` charges it,
+        the task holds neither. The key (if any) is only written into the charge log."""
+        with self.lock:
+            tokens = (input_tokens, output_tokens)
+            task = self._new_task(idempotency_key, model, prompt, [], now, "", tokens, schema)
+            self._charge(task, post_ids, now, on_new, honour_key=False)
+            return task
+
+    def _new_task(
+        self,
+        key: str | None,
+        model: str,
+        prompt: str,
+        posts: list[tuple[str, str]],
+        now: float,
+        output: str,
+        tokens: tuple[int, int],
+        schema: dict[str, Any] | None,
+    ) -> SimTask:
+        """A new task, its id the next of the seeded sequence (under the lock)."""
+        task_id = "task_" + uuid.UUID(int=self._ids.getrandbits(128), version=4).hex
+        done_at = math.inf if self.held else now + self.latency
+        return SimTask(
+            task_id, key, model, prompt, posts, now, done_at, output, *tokens, schema=schema
+        )
+
+    def _charge(
+        self,
+        task: SimTask,
+        post_ids: list[str],
+        now: float,
+        on_new: Callable[[SimTask], None] | None,
+        *,
+        honour_key: bool,
+    ) -> None:
+        """Keep a new task and charge it (under the lock)."""
+        wall = datetime.now(UTC)
+        ends = "" if self.held else (wall + timedelta(seconds=self.latency)).isoformat()
+        if on_new is not None:
+            on_new(task)  # faults decided once per task, never again for a repeated key
+        self.tasks[task.task_id] = task
+        if task.idempotency_key is not None and honour_key:
+            self.by_key[task.idempotency_key] = task.task_id
+        self.charges.append(
+            Charge(
+                task_id=task.task_id,
+                idempotency_key=task.idempotency_key,
+                post_ids=post_ids,
+                model=task.model,
+                input_tokens=task.input_tokens,
+                output_tokens=task.output_tokens,
+                at=wall.isoformat(),
+                done_at=ends,
+            )
+        )
+        self.max_in_flight = max(self.max_in_flight, self._in_flight(now))
 
     def bill_only(self, task_id: str, post_ids: list[str]) -> None:
         """A task that ended before all its posts ran (an expired or cancelled batch): its
         charge covers only the posts that ran, as the providers bill; none ran, no charge."""
         with self.lock:
             task = self.tasks.get(task_id)
+        if task is None:
+            return
+        wanted = set(post_ids)
+        ran = [(pid, text) for pid, text in task.posts if pid in wanted]
+        output = write_output(ran, task.schema) if ran else "[]"
+        self.rebill(
+            task_id,
+            [pid for pid, _ in ran],
+            count_tokens(task.prompt) + sum(count_tokens(t) for _, t in ran),
+            count_tokens(output),
+        )
+
+    def rebill(
+        self, task_id: str, post_ids: list[str], input_tokens: int, output_tokens: int
+    ) -> None:
+        """The task's charge covers only these posts, at these counts (`bill_only`'s, counted
+        by a caller that keeps the posts itself); no post: the charge is taken back."""
+        with self.lock:
             found = [i for i, c in enumerate(self.charges) if c.task_id == task_id]
-            if task is None or not found:
+            if task_id not in self.tasks or not found:
                 return
             (index,) = found[-1:]
-            ran = [(pid, text) for pid, text in task.posts if pid in set(post_ids)]
-            if not ran:
+            if not post_ids:
                 del self.charges[index]
                 return
-            output = write_output(ran, task.schema)
             self.charges[index] = replace(
                 self.charges[index],
-                post_ids=[pid for pid, _ in ran],
-                input_tokens=count_tokens(task.prompt) + sum(count_tokens(t) for _, t in ran),
-                output_tokens=count_tokens(output),
+                post_ids=post_ids,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
             )
 
     def bill_usage(self, task_id: str, input_tokens: int, output_tokens: int) -> None:

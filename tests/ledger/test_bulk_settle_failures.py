@@ -46,7 +46,7 @@ def marked(ledger: Ledger, tmp_path: Path) -> tuple[Trip, list[BatchRecord], Job
     )
     trip = Trip(ledger, settings, NoCalls(settings), logging.getLogger("test"))
     lines = {b.batch_id: Delivered(output(b, "valid"), USAGE) for b in batches}
-    return trip, batches, JobEnded(lines)  # type: ignore[arg-type]
+    return trip, batches, JobEnded(lines)
 
 
 def settle(trip: Trip, batches: list[BatchRecord], job: JobEnded) -> dict[str, BatchOutcome]:
