@@ -6,8 +6,9 @@ these records, never from memory. Statuses are changed only by `postledger.recor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import JSON, Column, Index, Text, text
 from sqlalchemy.types import DateTime, TypeDecorator
@@ -174,6 +175,29 @@ class BatchRecord(SQLModel, table=True):
     started_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     finished_at: datetime | None = Field(default=None, sa_column=_when(nullable=True))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
+class SentBatch(Protocol):
+    """What settling a sent batch reads of it: its full record, or a `JobBatch`."""
+
+    @property
+    def batch_id(self) -> str: ...
+
+    @property
+    def month(self) -> str: ...
+
+    @property
+    def request_retries(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobBatch:
+    """A batch of a Batch API job as a trip holds it while the job runs (hours): three small
+    fields, not an ORM record with its posts (20 000 of those were ~50 MB a job)."""
+
+    batch_id: str
+    month: str
+    request_retries: int
 
 
 class SubmissionRecord(SQLModel, table=True):

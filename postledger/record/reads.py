@@ -18,6 +18,7 @@ from postledger.record.models import (
     BatchRecord,
     BatchStatus,
     EventRecord,
+    JobBatch,
     PostRecord,
     PostStatus,
     SpendRecord,
@@ -26,8 +27,6 @@ from postledger.record.models import (
 )
 from postledger.record.plain import Reader, through
 
-# A batch's long columns, left unread where they are not needed.
-_LONG_COLUMNS = ("request", "post_ids", "raw_output")
 # Requests read at a time: a few MB of posts.
 _REQUESTS_READ = 250
 
@@ -230,12 +229,21 @@ class LedgerReads:
         with self._read() as session:
             return self._batch(session, batch_id)
 
-    def job_batches(self, batch_ids: Sequence[str]) -> list[BatchRecord]:
-        """A job's batches as a trip holds them while the job runs: without their requests,
-        post ids and outputs (20 000 batches' posts are 250 MB; a settle reads a chunk's
-        posts when it needs them). Touching one of those columns raises."""
-        with self._read() as session:
-            return load_batches(session, batch_ids, unread=_LONG_COLUMNS)
+    def job_batches(self, batch_ids: Sequence[str]) -> list[JobBatch]:
+        """A job's batches as a trip holds them while the job runs: their ids and what a
+        settle reads of them, in the order asked (a settle reads a chunk's posts when it
+        needs them; 20 000 batches' posts are 250 MB)."""
+        found: dict[str, JobBatch] = {}
+        for some in chunks(batch_ids):
+            with self._read() as session:
+                query = select(
+                    BatchRecord.batch_id, BatchRecord.month, BatchRecord.request_retries
+                ).where(col(BatchRecord.batch_id).in_(some))
+                found.update((row[0], JobBatch(*row)) for row in session.exec(query))
+        missing = [batch_id for batch_id in batch_ids if batch_id not in found]
+        if missing:
+            raise LedgerError(f"no batch {missing[0]!r} in the ledger")
+        return [found[batch_id] for batch_id in batch_ids]
 
     def requests_of(self, batch_ids: Sequence[str]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
         """Each batch's request as first sent (R35): its posts' ids and texts, in the order

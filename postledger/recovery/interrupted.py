@@ -21,7 +21,8 @@ from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus, SubmissionRecord
 from postledger.record.reads import waits_for_job
 from postledger.settings import Limits, Settings
-from postledger.upstreams.calls import Found, JobWanted, NoVerdict
+from postledger.upstreams.calls import Found, JobWanted, NoVerdict, NoVerdictReason
+from postledger.upstreams.clock import REAL_CLOCK, Clock
 
 
 def finish_from_output(
@@ -108,7 +109,12 @@ class Adoption:
 
 
 async def adopt_orphans(
-    ledger: Ledger, month: str, upstream: FindsTasks, *, holder: str | None = None
+    ledger: Ledger,
+    month: str,
+    upstream: FindsTasks,
+    *,
+    holder: str | None = None,
+    clock: Clock = REAL_CLOCK,
 ) -> Adoption:
     """Before anyone is asked to resubmit a batch whose task id was never saved (R24, R49): look
     for the upstream task made under its key (listing never pays). One found is adopted — its
@@ -119,7 +125,7 @@ async def adopt_orphans(
     fence of what it writes."""
     adoption = Adoption()
     for submission in ledger.orphaned_submissions(month):
-        found = await upstream.find_job(wanted_of(submission))
+        found = await _search(upstream, wanted_of(submission), clock)
         if isinstance(found, NoVerdict):
             adoption.unsearched.extend(_orphans_of(ledger, submission))
             adoption.why_unsearched.append(found.detail)
@@ -154,6 +160,25 @@ async def adopt_orphans(
             )
             adoption.adopted.append(batch.batch_id)
     return adoption
+
+
+# How long recovery searches again for a job that may be the one but still runs (a Message
+# Batch is told by its results): one made just before the crash may end within moments; one
+# that runs on is left waiting, uncertain, for a later run's look.
+UNCONFIRMED_WAIT = 60.0
+
+
+async def _search(upstream: FindsTasks, wanted: JobWanted, clock: Clock) -> Found | NoVerdict:
+    """The submission's job in the upstream's listing; a candidate still running is looked
+    at again, from half a second apart and doubling, for `UNCONFIRMED_WAIT` seconds."""
+    give_up, wait = clock.monotonic() + UNCONFIRMED_WAIT, 0.5
+    while True:
+        found = await upstream.find_job(wanted)
+        unconfirmed = isinstance(found, NoVerdict) and found.reason is NoVerdictReason.UNCONFIRMED
+        if not unconfirmed or clock.monotonic() + wait > give_up:
+            return found
+        await clock.sleep(wait)
+        wait *= 2
 
 
 def wanted_of(submission: SubmissionRecord) -> JobWanted:

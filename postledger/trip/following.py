@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from postledger.failures.verdicts import worth_looking_again
 from postledger.guards.spill import SpillFailed
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchRecord, BatchStatus
+from postledger.record.models import BatchStatus, SentBatch
 from postledger.record.month_lease import MonthLost
 from postledger.trip.keeping import Trip
 from postledger.trip.outcome import BatchOutcome, LedgerFailed
@@ -65,7 +65,7 @@ def job_look_of(batch_id: str, look: Look) -> JobLook:
 
 async def follow(
     trip: Trip,
-    batches: Sequence[BatchRecord],
+    batches: Sequence[SentBatch],
     task_id: str,
     look: LookFor,
     outcomes: dict[str, BatchOutcome],
@@ -116,7 +116,7 @@ async def follow(
 
 def _settle_ended(
     trip: Trip,
-    pending: dict[str, BatchRecord],
+    pending: dict[str, SentBatch],
     ended: JobEnded,
     task_id: str,
     outcomes: dict[str, BatchOutcome],
@@ -128,7 +128,7 @@ def _settle_ended(
     not yet saved are spilled for it."""
     lines = ((b, ended.lines[b]) for b in ended.lines if b in pending)
     unread: NoVerdict | None = None
-    delivered: list[tuple[BatchRecord, Delivered]] = []
+    delivered: list[tuple[SentBatch, Delivered]] = []
     try:
         for batch_id, line in lines:
             if isinstance(line, Delivered):
@@ -154,7 +154,7 @@ def _settle_ended(
 
 def _settle_delivered(
     trip: Trip,
-    delivered: list[tuple[BatchRecord, Delivered]],
+    delivered: list[tuple[SentBatch, Delivered]],
     task_id: str,
     outcomes: dict[str, BatchOutcome],
 ) -> None:
@@ -172,7 +172,7 @@ BULK_FROM = 2
 
 
 def _settled_chunk(
-    trip: Trip, chunk: list[tuple[BatchRecord, Delivered]], task_id: str
+    trip: Trip, chunk: list[tuple[SentBatch, Delivered]], task_id: str
 ) -> dict[str, BatchOutcome]:
     """A chunk of delivered lines settled together; if the ledger failed before any of
     their outputs was saved, one at a time (each saved, or else spilled, R20)."""
@@ -192,7 +192,7 @@ def _settled_chunk(
 
 def _settled(
     trip: Trip,
-    batch: BatchRecord,
+    batch: SentBatch,
     seen: Unknown | NoVerdict | Delivered | UpstreamFailed,
     task_id: str,
     *,

@@ -20,7 +20,7 @@ from postledger.guards.charges import GatewayRetries, estimated_cost
 from postledger.guards.spill import SpillKind, spill_for
 from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchRecord
+from postledger.record.models import BatchRecord, SentBatch
 from postledger.record.month_lease import MonthLost
 from postledger.settings import Settings
 from postledger.trip.port import REAL_CLOCK, Clock, UpstreamPort
@@ -58,7 +58,7 @@ class Trip:
             raise self.lost
 
     def keep_task_id(
-        self, batch: BatchRecord, task_id: str, adopted: str | None = None, *, retried: int = 0
+        self, batch: SentBatch, task_id: str, adopted: str | None = None, *, retried: int = 0
     ) -> None:
         """The paid task's id in the ledger, or else in the spill file; with it, in the same
         write, the `retried` attempts a gateway said it made of the same create."""
@@ -79,7 +79,7 @@ class Trip:
     def keep_job_id(
         self,
         submission_id: str,
-        batches: Sequence[BatchRecord],
+        batches: Sequence[SentBatch],
         job_id: str,
         file_id: str | None,
         adopted: str | None = None,
@@ -119,7 +119,7 @@ class Trip:
         except Exception as exc:  # the counts are only shown: never worth failing a batch
             self.log.warning("%s: the upstream's counts could not be kept: %s", job_id, exc)
 
-    def _spill_id(self, batch: BatchRecord, task_id: str, retries: int) -> None:
+    def _spill_id(self, batch: SentBatch, task_id: str, retries: int) -> None:
         facts: dict[str, Any] = {"task_id": task_id}
         if retries:
             facts.update(retries=retries, estimated_cost=self._estimate(batch))
@@ -158,7 +158,7 @@ class Trip:
         """What an answer without an output reported it used, for the next run to book."""
         spill_for(self.settings, batch_id).add(SpillKind.USAGE, batch_id, usage=usage)
 
-    def book_gateway_retries(self, batches: Sequence[BatchRecord], retried: int) -> None:
+    def book_gateway_retries(self, batches: Sequence[SentBatch], retried: int) -> None:
         """A create that made nothing we know of (it failed, or its answer was lost), after a
         gateway retried it on its own `retried` times: on the books of each batch it carried,
         in the ledger or else in the spill file (R42)."""
@@ -185,7 +185,7 @@ class Trip:
                 )
                 self._carry_on(exc)
 
-    def _chargeable(self, batches: Sequence[BatchRecord], retried: int) -> int:
+    def _chargeable(self, batches: Sequence[SentBatch], retried: int) -> int:
         """Of a gateway's `retried` attempts of a create, how many may have been charged again
         (each may have made the whole request again, every batch it carried): all, unless the
         upstream honours the idempotency key they carried, which answered them with the one
@@ -203,9 +203,11 @@ class Trip:
         )
         return retried
 
-    def _estimate(self, batch: BatchRecord) -> int | None:
+    def _estimate(self, batch: SentBatch) -> int | None:
         if batch.batch_id in self.estimates:
             return self.estimates[batch.batch_id]
+        if not isinstance(batch, BatchRecord):  # a job's batch: reckoned when it was marked
+            return None
         return estimated_cost(
             batch, self.settings.price(), self.settings.analysis_in_use().request_text
         )

@@ -14,7 +14,7 @@ from typing import Any
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.charges import BudgetHeld, estimated_cost
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchRecord, BatchStatus
+from postledger.record.models import BatchRecord, BatchStatus, JobBatch
 from postledger.record.month_lease import MonthLost
 from postledger.trip.keeping import Trip
 from postledger.trip.outcome import BatchOutcome, HeldByBreaker, LedgerFailed, OverBudget, StopsRun
@@ -47,7 +47,7 @@ def mark_sent(trip: Trip, batch_id: str) -> BatchRecord | BatchOutcome:
 
 def mark_for_job(
     trip: Trip, batch_ids: Sequence[str]
-) -> tuple[list[BatchRecord], BatchOutcome | None]:
+) -> tuple[list[JobBatch], BatchOutcome | None]:
     """Mark the batches running in start order while the job has room; stop at the first
     that may not start (it, and those after it, stay queued: nothing was paid). A chunk of
     them at a time, in one transaction each (`Ledger.mark_running_many`). The marked batches

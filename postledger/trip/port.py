@@ -11,13 +11,12 @@ own (a ledger or spill write that failed, the month lost to another run) pass th
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Sequence
 from typing import Protocol
 
 from postledger.upstreams import UpstreamFacts
 from postledger.upstreams.calls import Created, Found, JobLook, JobWanted, Look, NoVerdict
+from postledger.upstreams.clock import REAL_CLOCK, Clock, RealClock
 
 __all__ = ["REAL_CLOCK", "Clock", "RealClock", "UpstreamFacts", "UpstreamPort"]
 
@@ -66,22 +65,3 @@ class UpstreamPort(Protocol):
     async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:
         """The job made for this submission, looked for in the upstream's listing."""
         ...
-
-
-class Clock(Protocol):
-    """Time as a trip sees it: the money model passes one that never really sleeps."""
-
-    def monotonic(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class RealClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-REAL_CLOCK = RealClock()

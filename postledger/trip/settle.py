@@ -20,7 +20,7 @@ from postledger.failures.policy import Decision, Reach, after_failure
 from postledger.failures.verdicts import after_no_verdict, after_unknown, after_upstream_failed
 from postledger.record.crash import CrashPoint, crash_point
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchRecord, BatchStatus, utcnow
+from postledger.record.models import BatchStatus, SentBatch, utcnow
 from postledger.record.month_lease import MonthLost
 from postledger.recovery.interrupted import finish_from_output
 from postledger.trip.keeping import Trip
@@ -31,7 +31,7 @@ from postledger.upstreams.errors import UpstreamError
 
 def settle(
     trip: Trip,
-    batch: BatchRecord,
+    batch: SentBatch,
     seen: Verdict | NoVerdict,
     task_id: str | None,
     *,
@@ -59,7 +59,7 @@ def settle(
 
 
 def settle_output(
-    trip: Trip, batch: BatchRecord, delivered: Delivered, task_id: str | None
+    trip: Trip, batch: SentBatch, delivered: Delivered, task_id: str | None
 ) -> BatchOutcome:
     """The delivered output saved (or spilled), checked, and its decision applied."""
     crash_point(CrashPoint.AFTER_OUTPUT)
@@ -84,7 +84,7 @@ def settle_output(
 
 
 def settle_outputs(
-    trip: Trip, lines: Sequence[tuple[BatchRecord, Delivered]], task_id: str | None
+    trip: Trip, lines: Sequence[tuple[SentBatch, Delivered]], task_id: str | None
 ) -> dict[str, BatchOutcome] | None:
     """A chunk of a job's delivered lines settled as `settle_output` settles one, in two
     transactions: every output of the chunk saved (R4), then each checked and its decision
@@ -127,7 +127,7 @@ def settle_outputs(
 
 
 def settle_create_failure(
-    trip: Trip, batch: BatchRecord, exc: UpstreamError, *, tell_breaker: bool = True
+    trip: Trip, batch: SentBatch, exc: UpstreamError, *, tell_breaker: bool = True
 ) -> BatchOutcome:
     """A create that failed, classified, and the business decision on it applied."""
     ledger = trip.ledger
@@ -157,7 +157,7 @@ def settle_create_failure(
 
 
 def _applied(
-    trip: Trip, batch: BatchRecord, decision: Decision, *, usage: dict[str, Any] | None = None
+    trip: Trip, batch: SentBatch, decision: Decision, *, usage: dict[str, Any] | None = None
 ) -> BatchOutcome:
     try:
         trip.ledger.apply(

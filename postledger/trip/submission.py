@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from postledger.guards.spill import SpillFailed
 from postledger.record.crash import CrashPoint, crash_point
 from postledger.record.db import LedgerUnavailable
-from postledger.record.models import BatchRecord, BatchStatus, SubmissionRecord
+from postledger.record.models import BatchStatus, SentBatch, SubmissionRecord
 from postledger.record.month_lease import MonthLost
 from postledger.recovery.interrupted import wanted_of
 from postledger.trip.batch import month_lost
@@ -50,7 +50,7 @@ async def run_submission(
     interrupted run that never saved its job's id, and a person said send them again (R24)."""
     outcomes: dict[str, BatchOutcome] = {}
     not_started: BatchOutcome | None = None
-    batches: list[BatchRecord] = []
+    batches: Sequence[SentBatch] = ()
     try:
         if job_id is not None:
             batches = trip.ledger.job_batches(batch_ids)
@@ -77,7 +77,7 @@ async def run_submission(
 
 async def _send_again(
     trip: Trip, submission_id: str, batch_ids: Sequence[str], outcomes: dict[str, BatchOutcome]
-) -> tuple[list[BatchRecord], BatchOutcome | None]:
+) -> tuple[Sequence[SentBatch], BatchOutcome | None]:
     """The batches of a submission whose job's id was never saved, sent again after a yes:
     first its job is looked for in the upstream's listing (free), and adopted if it was made;
     a look that gives no answer leaves them waiting, uncertain; only when the upstream lists
@@ -120,7 +120,7 @@ async def _send_again(
 async def _send(
     trip: Trip,
     submission_id: str,
-    batches: list[BatchRecord],
+    batches: Sequence[SentBatch],
     outcomes: dict[str, BatchOutcome],
     *,
     key: str | None = None,
@@ -170,7 +170,7 @@ async def _send(
 
 
 async def _look_for_it(
-    trip: Trip, submission_id: str, batches: list[BatchRecord], key: str
+    trip: Trip, submission_id: str, batches: Sequence[SentBatch], key: str
 ) -> str | None:
     """A create whose answer was lost may have made the job: look for it in the upstream's
     listing once it lists it (R24, R49), never make it again here. Found: its id, kept."""
@@ -211,7 +211,7 @@ async def _search(trip: Trip, wanted: JobWanted) -> Found | NoVerdict:
 async def _follow_job(
     trip: Trip,
     submission_id: str,
-    batches: list[BatchRecord],
+    batches: Sequence[SentBatch],
     job_id: str,
     outcomes: dict[str, BatchOutcome],
 ) -> None:
@@ -228,7 +228,7 @@ async def _follow_job(
 
 
 def _each_failed(
-    trip: Trip, batches: list[BatchRecord], exc: UpstreamError, outcomes: dict[str, BatchOutcome]
+    trip: Trip, batches: Sequence[SentBatch], exc: UpstreamError, outcomes: dict[str, BatchOutcome]
 ) -> None:
     """The job's create failed: that is each of its batches' failure, decided by the same
     rules; its breaker hears of it once. A ledger write that fails is that batch's outcome."""

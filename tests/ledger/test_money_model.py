@@ -589,7 +589,7 @@ class MoneyModel(RuleBasedStateMachine):
 
     async def adopt(self, month: str) -> Any:
         port = DirectPort(self.settings, self.ledger, self.clock, client=self.client)
-        return await adopt_orphans(self.ledger, month, port)
+        return await adopt_orphans(self.ledger, month, port, clock=self.clock)
 
     def poll_with_a_yes(
         self, run: Run, batch_ids: list[str], reads: list[Wire] | None, ends: list[Outcome] | None

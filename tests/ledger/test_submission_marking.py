@@ -77,7 +77,7 @@ def test_a_job_carries_every_due_batch_up_to_the_configured_most(planned: Ledger
     ids = [b.batch_id for b in planned.batches(MONTH)]
     marked, not_started = submission(planned, max_submission_batches=4).mark(ids, holder=None)
     assert [b.batch_id for b in marked] == ids[:4] and not_started is None
-    assert {b.status for b in marked} == {BatchStatus.RUNNING}
+    assert {planned.batch(b.batch_id).status for b in marked} == {BatchStatus.RUNNING}
     assert queued(planned) == ids[4:]  # for the next submission
 
 
