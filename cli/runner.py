@@ -19,6 +19,7 @@ from postledger.analysis import AnalysisError
 from postledger.batches.posts import InputError, check_posts, default_posts_path
 from postledger.defaults import BUNDLED_SIMULATOR
 from postledger.settings import Settings
+from processes.memory import fewer_malloc_arenas
 from simulator.child import starting_simulator
 
 
@@ -34,6 +35,7 @@ def run_month(
     analysis: str | None = None,
 ) -> int:
     """Returns the exit code: 0 when every post ended (completed or failed), 1 otherwise."""
+    fewer_malloc_arenas()  # before any thread: a month's run holds hours of many threads
     settings = Settings()
     if analysis:
         settings = settings.model_copy(update={"analysis": analysis})

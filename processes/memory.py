@@ -1,0 +1,27 @@
+"""Fewer malloc arenas for a long run with many threads.
+
+glibc gives each thread that allocates its own arena (up to eight per core), and memory freed
+in one arena is not reused by another: in `postledger run` of a million posts, Prefect's and
+our threads held ~110 MB in arenas of their own beside the main heap. Two arenas is what
+`MALLOC_ARENA_MAX=2` would set, for arenas made from now on; it must come before the threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def fewer_malloc_arenas(most: int = 2) -> bool:
+    """At most `most` malloc arenas from now on; False where the C library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others have no mallopt
+        return False
+    return bool(mallopt(_M_ARENA_MAX, most))
