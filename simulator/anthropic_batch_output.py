@@ -32,7 +32,7 @@ def batch_body(state: AnthropicBatchState, batch: MessageBatch, root: str) -> di
     counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
     for kind, count in (batch.counts or {}).items():
         counts[kind] += count
-    counts["processing"] = 0 if ended else len(batch.requests)
+    counts["processing"] = 0 if ended else batch.count
     status = "ended" if ended else "in_progress"
     body: dict[str, Any] = {
         "id": batch.id,

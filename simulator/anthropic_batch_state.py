@@ -10,6 +10,7 @@ kept on disk (`spool`), not in memory: a month's batch is 20 000 requests of 25 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,7 +35,8 @@ class BatchRequest:
 @dataclass
 class MessageBatch:
     id: str
-    requests: list[BatchRequest]
+    requests: list[BatchRequest]  # the requests run so far, in order
+    count: int  # how many its create listed
     created_at: datetime  # UTC, microseconds: strictly later than the batch made before it
     started: float  # monotonic, at `created_at`: what its later instants are counted from
     cancel_at: float | None = None  # monotonic, when a cancel was asked
@@ -43,8 +45,13 @@ class MessageBatch:
     answers: Path | None = None
     results: Path | None = None  # its results file, once written
     counts: dict[str, int] | None = None  # its results by type, once written
+    # Every request it listed has been run (a create answers before they are, as Anthropic's
+    # does: a month's body is 100 000 requests, tens of seconds of the simulator's work).
+    all_run: bool = False
 
     def ended(self, now: float) -> bool:
+        if not self.all_run:
+            return False
         return self.cancel_at is not None or all(now >= r.task.done_at for r in self.requests)
 
     def wall(self, monotonic: float) -> datetime:
@@ -63,6 +70,8 @@ class AnthropicBatchState:
     # In the order they were made (the listing's ties, were there any, go by it).
     batches: dict[str, MessageBatch] = field(default_factory=dict)
     last_created: datetime | None = None
+    # The background work running the requests of batches whose create has answered.
+    running: set[asyncio.Task[None]] = field(default_factory=set)
 
     def created_now(self) -> datetime:
         """A new batch's `created_at`: now, or a microsecond after the last one's, so that two
@@ -75,6 +84,9 @@ class AnthropicBatchState:
 
     def forget_all(self) -> None:
         """Forget every batch (`POST /_sim/reset`)."""
+        for work in self.running:
+            work.cancel()
+        self.running.clear()
         self.batches.clear()
         self.spool.clear()
 

@@ -24,14 +24,20 @@ The batches its routes share are one `simulator.anthropic_batch_state.AnthropicB
 what a batch shows, its body and its results file, is `simulator.anthropic_batch_output`'s.
 A create's body is read as it arrives (`simulator.anthropic_batch_body`), and what each
 request answers is kept on disk, from the create on: memory holds a request at a time.
+As Anthropic's does, a create answers once its body is read and checked (`in_progress`, every
+request `processing`), and its requests are run after, a slice at a time between the other
+routes' turns: a month's create is 100 000 requests, and running them first kept the answer
+(and every other route) waiting past a client's read timeout. A create that meets a fault
+after it is made runs them all first, to charge them before the answer is lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,6 +68,8 @@ from simulator.upstream import SimTask, Upstream
 
 # What a task fault makes of a request: it does not succeed, and is not billed.
 _FATE = {"task_failed": "errored", "expired": "expired", "cancelled": "canceled"}
+# How many requests are run between two turns of the other routes (~0.1 s of work).
+_SLICE = 250
 
 
 class _Shared:
@@ -128,34 +136,59 @@ def _run(
     return BatchRequest(custom_id, task, tool)
 
 
-def _new_batch(
-    state: AnthropicBatchState, body: CreateBody, *, faulted: bool = True
-) -> MessageBatch:
-    batch_id = f"msgbatch_{uuid.uuid4().hex[:24]}"
-    created_at, started = state.created_now(), time.monotonic()
-    answers, shared = state.spool.fresh("answers"), _Shared()
-    try:
-        with answers.open("w", encoding="utf-8") as out:
-            requests = [
-                _run(state, batch_id, item, faulted, shared, out) for item in body.requests()
-            ]
-    except BaseException:
-        discard(answers)
-        raise
+def _new_batch(state: AnthropicBatchState, body: CreateBody) -> MessageBatch:
+    """A batch of the body's requests, none of them run yet (`_running`)."""
     batch = MessageBatch(
-        id=batch_id,
-        requests=requests,
-        created_at=created_at,
-        started=started,
-        answers=answers,
+        id=f"msgbatch_{uuid.uuid4().hex[:24]}",
+        requests=[],
+        count=body.count,
+        created_at=state.created_now(),
+        started=time.monotonic(),
+        answers=state.spool.fresh("answers"),
     )
     state.batches[batch.id] = batch
     return batch
 
 
+def _running(
+    state: AnthropicBatchState, batch: MessageBatch, body: CreateBody, *, faulted: bool
+) -> Iterator[None]:
+    """Run the batch's requests, in order, pausing after each slice of them (so that the
+    routes answer meanwhile); the batch's `all_run` once every one has."""
+    shared, answers = _Shared(), batch.answers
+    assert answers is not None
+    try:
+        with answers.open("w", encoding="utf-8") as out:
+            for item in body.requests():
+                batch.requests.append(_run(state, batch.id, item, faulted, shared, out))
+                if len(batch.requests) % _SLICE == 0:
+                    yield
+    except BaseException:
+        discard(answers)
+        raise
+    batch.all_run = True
+
+
+def _run_now(state: AnthropicBatchState, batch: MessageBatch, body: CreateBody) -> None:
+    for _ in _running(state, batch, body, faulted=True):
+        pass
+
+
+async def _run_in_turns(state: AnthropicBatchState, batch: MessageBatch, body: CreateBody) -> None:
+    """Run the requests of a batch whose create has answered, yielding to the other routes
+    between slices; the body is discarded once all have run (or the work is cancelled)."""
+    try:
+        for _ in _running(state, batch, body, faulted=True):
+            await asyncio.sleep(0)
+    finally:
+        body.discard()
+
+
 def _batch_again(state: AnthropicBatchState, body: CreateBody) -> Made:
     """A gateway's extra attempt: another Message Batch, each of its requests charged."""
-    batch = _new_batch(state, body, faulted=False)
+    batch = _new_batch(state, body)
+    for _ in _running(state, batch, body, faulted=False):
+        pass
     return Made([request.task.task_id for request in batch.requests], batch.id)
 
 
@@ -198,6 +231,7 @@ def _add_create_route(app: FastAPI, state: AnthropicBatchState) -> None:
         if (refusal := state.denied(request)) is not None:
             return refusal
         body = await read_create_body(request, state.spool)
+        handed_over = False  # to the background work that runs the requests
         try:
             if (problem := body.problem()) is not None:
                 return anthropic_error(400, "invalid_request_error", problem)
@@ -206,14 +240,21 @@ def _add_create_route(app: FastAPI, state: AnthropicBatchState) -> None:
             if (early := await before_create(decision)) is not None:
                 return early
             batch = _new_batch(state, body)
+            if decision is None:
+                # Answered now, run after: the body is the background work's from here on.
+                work = asyncio.create_task(_run_in_turns(state, batch, body))
+                state.running.add(work)
+                work.add_done_callback(state.running.discard)
+                handed_over = True
+                return batch_body(state, batch, root_of(request))
+            _run_now(state, batch, body)
         finally:
-            body.discard()  # each batch made of it keeps its own answers
-        if decision is not None:
-            # A charge per request that runs (one a task fault stops is never charged).
-            made = [asked.task.task_id for asked in batch.requests if asked.fate == "succeeded"]
-            faults.note(decision, made=made, batch_id=batch.id)
-            return await transport_fault(decision, status_answer)  # made, the answer lost
-        return batch_body(state, batch, root_of(request))
+            if not handed_over:
+                body.discard()  # each batch made of it keeps its own answers
+        # A charge per request that runs (one a task fault stops is never charged).
+        made = [asked.task.task_id for asked in batch.requests if asked.fate == "succeeded"]
+        faults.note(decision, made=made, batch_id=batch.id)
+        return await transport_fault(decision, status_answer)  # made, the answer lost
 
 
 def _add_batch_routes(app: FastAPI, state: AnthropicBatchState) -> None:

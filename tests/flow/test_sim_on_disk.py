@@ -5,6 +5,7 @@ the same Message Batch, and a batch's answers are still its whole output split b
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -143,3 +144,49 @@ def test_a_create_body_in_small_chunks_makes_the_same_message_batch(
     assert {line["result"]["type"] for line in lines} == {"succeeded"}
     assert [path.name.split("-")[0] for path in files_in(spool.root)] == ["results"]
     assert os.path.getsize(files_in(spool.root)[0]) == len(results.content)
+
+
+def test_a_message_batch_create_answers_before_its_requests_run() -> None:
+    """A month's create is 100 000 requests: running them all before answering kept the
+    client past its read timeout, and every other route waiting. The create answers once the
+    body is checked (`in_progress`, every request `processing`); its requests are then run a
+    slice at a time, while a poll still answers, and each is charged once."""
+    app = create_app(Upstream(latency=0.0))
+    spool: TemporarySpool = app.state.spool
+    user = json.dumps({"posts": [{"id": "p1", "text": "Hi"}]})
+    params = {
+        "model": "sim-analyst-1",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": user}],
+    }
+    count = 2000
+    body = {"requests": [{"custom_id": f"r{n}", "params": params} for n in range(count)]}
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+            made = await client.post("/v1/messages/batches", json=body, headers=ANTHROPIC_HEADERS)
+            assert made.status_code == 200, made.text
+            assert made.json()["processing_status"] == "in_progress"
+            assert made.json()["request_counts"]["processing"] == count
+            charges = (await client.get("/_sim/charges")).json()["charges"]
+            assert len(charges) < count  # answered before its requests all ran
+            batch_url = f"/v1/messages/batches/{made.json()['id']}"
+            polls = []
+            while (seen := (await client.get(batch_url, headers=ANTHROPIC_HEADERS)).json())[
+                "processing_status"
+            ] != "ended":
+                polls.append(seen["request_counts"]["processing"])
+                await asyncio.sleep(0.01)  # in-process: the requests run only in our pauses
+            assert polls and set(polls) == {count}
+            assert seen["request_counts"]["succeeded"] == count
+            results = await client.get(f"{batch_url}/results", headers=ANTHROPIC_HEADERS)
+            lines = [json.loads(line) for line in results.content.splitlines()]
+            assert [line["custom_id"] for line in lines] == [f"r{n}" for n in range(count)]
+            charges = (await client.get("/_sim/charges")).json()["charges"]
+            assert len(charges) == count
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        spool.close()
