@@ -18,6 +18,11 @@ Faults, in Anthropic's words: `create:http_503` is a 529 `overloaded_error` (not
 `anthropic-ratelimit-requests-reset`); `auth` a 401 `authentication_error`; `permission` a
 403 `permission_error`; `quota` a 400 saying the credit balance is too low; `quota_429` a 402
 `billing_error`. A `task` fault is a 500 `api_error` after nothing was billed.
+
+Its prompt cache is Anthropic's (`simulator.caching`): only a `system` of text blocks, one of
+them with `cache_control`, is cached, up to that block. The usage counts apart the input
+written to the cache (`cache_creation_input_tokens`), the input read from it
+(`cache_read_input_tokens`) and the rest (`input_tokens`), as Anthropic's does.
 """
 
 from __future__ import annotations
@@ -35,13 +40,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from simulator.analyses import messages_item_schema
+from simulator.billing import Usage
+from simulator.caching import anthropic_prefix
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
-from simulator.model import count_tokens
 from simulator.openai_chat import chat_input
 from simulator.outputs import spoiled_by
 from simulator.responses import transport_fault
-from simulator.upstream import SimTask, Upstream, until_done
+from simulator.task import SimTask, until_done
+from simulator.upstream import Upstream
 
 # The top-level fields of a Messages API request (anything else is refused, as the API does).
 KNOWN_FIELDS = frozenset(
@@ -142,9 +149,10 @@ def system_text(system: Any) -> str:
     return system if isinstance(system, str) else ""
 
 
-def message(model: str, output: str, tool: str | None, input_tokens: int) -> dict[str, Any]:
+def message(model: str, output: str, tool: str | None, usage: Usage) -> dict[str, Any]:
     """The `message` answering with `output` (the model's JSON list, or spoiled text): as the
-    forced tool's input when it parses, else as text (the model did not call the tool)."""
+    forced tool's input when it parses, else as text (the model did not call the tool).
+    `usage`: what it is billed for (its task's: the usage reported is the usage charged)."""
     content: list[dict[str, Any]]
     try:
         parsed = json.loads(output)
@@ -166,10 +174,10 @@ def message(model: str, output: str, tool: str | None, input_tokens: int) -> dic
         "stop_reason": stop,
         "stop_sequence": None,
         "usage": {
-            "input_tokens": input_tokens,
-            "output_tokens": count_tokens(output),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cached_input_tokens,
         },
     }
 
@@ -238,6 +246,7 @@ def add_anthropic_routes(
             on_new=on_new,
             honour_key=False,
             schema=messages_item_schema(body),
+            cache=anthropic_prefix(body.get("system")),
         )
         return task
 
@@ -271,5 +280,5 @@ def add_anthropic_routes(
         if decision is not None:
             faults.note(decision, made=[task.task_id])
             return await transport_fault(decision, status_answer)  # made and charged, lost
-        answer = message(task.model, task.output, forced_tool(body), task.input_tokens)
+        answer = message(task.model, task.output, forced_tool(body), task.usage())
         return JSONResponse(answer, headers={"request-id": _new_id("req")})

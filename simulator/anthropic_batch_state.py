@@ -21,7 +21,8 @@ from fastapi import Request, Response
 from simulator.anthropic_api import anthropic_error
 from simulator.faults import Faults
 from simulator.spool import Spool
-from simulator.upstream import SimTask, Upstream
+from simulator.task import SimTask
+from simulator.upstream import Upstream
 
 
 @dataclass

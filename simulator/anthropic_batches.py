@@ -11,10 +11,12 @@ POST /v1/messages/batches/{id}/cancel     ends it: requests not yet run are `can
 It refuses what Anthropic refuses, with Anthropic's error body: no requests, over 100 000 of
 them or over 256 MB, a `custom_id` that is not 1–64 letters, digits, `_` or `-`, or is used
 twice, and any request whose `params` the Messages API would refuse (`problem_of`). Each
-request is run as one Messages API call would be. Requests that do not succeed are not billed,
-as Anthropic bills only the ones that did: a `task:task_failed` fault makes a request
-`errored`, `task:expired` makes it `expired`, `task:cancelled` `canceled`; a request a
-cancel stops before its end is `canceled` and its charge is taken back. Create faults are
+request is run as one Messages API call would be, and meets the prompt cache as one would, in
+the order they are run (`simulator.caching`). Requests that do not succeed are not billed, as
+Anthropic bills only the ones that did (at half the Messages API's price: `simulator.billing`):
+a `task:task_failed` fault makes a request `errored`, `task:expired` makes it `expired`,
+`task:cancelled` `canceled`; a request a cancel stops before its end is `canceled` and its
+charge (its cost with it) is taken back. Create faults are
 the Messages API's; a `poll:forget` loses the batch (404 `not_found_error`). Its `poll` is
 GET /v1/messages/batches/{id}, its `results` GET /v1/messages/batches/{id}/results, its
 `list` GET /v1/messages/batches (their read faults, `poll:foreign_results_url` among them:
@@ -57,6 +59,8 @@ from simulator.anthropic_batch_body import CreateBody, read_create_body
 from simulator.anthropic_batch_list import add_list_route
 from simulator.anthropic_batch_output import answer_line, batch_body, root_of
 from simulator.anthropic_batch_state import AnthropicBatchState, BatchRequest, MessageBatch
+from simulator.billing import BATCH_DISCOUNT
+from simulator.caching import anthropic_prefix
 from simulator.faults import Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.openai_chat import chat_input
@@ -64,7 +68,8 @@ from simulator.outputs import spoiled_by
 from simulator.read_faults import answered_early, spoiled_answer, spoiled_file_at
 from simulator.responses import transport_fault
 from simulator.spool import Spool, discard
-from simulator.upstream import SimTask, Upstream
+from simulator.task import SimTask
+from simulator.upstream import Upstream
 
 # What a task fault makes of a request: it does not succeed, and is not billed.
 _FATE = {"task_failed": "errored", "expired": "expired", "cancelled": "canceled"}
@@ -129,8 +134,10 @@ def _run(
         on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id) if faulted else None,
         honour_key=False,
         schema=shared.one(messages_item_schema(params)),
+        cache=anthropic_prefix(params.get("system")),
+        discount=BATCH_DISCOUNT,
     )
-    answer = message(task.model, task.output, tool, task.input_tokens)
+    answer = message(task.model, task.output, tool, task.usage())
     answers.write(answer_line(custom_id, answer) + "\n")
     task.posts, task.output = [], ""  # its answer is on disk
     return BatchRequest(custom_id, task, tool)

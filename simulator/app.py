@@ -5,10 +5,11 @@ Its own async task API (/v1/tasks): `simulator.task_api`. The OpenAI protocols:
 `simulator.openai_api` (/v1/chat/completions, /v1/files, /v1/batches); Anthropic's Messages
 API: `simulator.anthropic_api` (/v1/messages); its Message Batches API:
 `simulator.anthropic_batches` (/v1/messages/batches). The control routes (/_sim/charges,
-/_sim/stats, /_sim/faults, /_sim/reset, /_sim/hold, /_sim/tasks/{id}/forget):
-`simulator.control`. What the Batch API faces keep between requests is on disk, in a
-temporary folder of the app's (`app.state.spool`, `simulator.spool`), removed when the
-simulator stops.
+/_sim/bill, /_sim/stats, /_sim/faults, /_sim/reset, /_sim/hold, /_sim/tasks/{id}/forget):
+`simulator.control`. Every face shares the upstream's prompt cache (`simulator.caching`) and
+bills in money (`simulator.billing`). What the Batch API faces keep between requests is on
+disk, in a temporary folder of the app's (`app.state.spool`, `simulator.spool`), removed when
+the simulator stops.
 """
 
 from __future__ import annotations

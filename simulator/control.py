@@ -1,13 +1,17 @@
 """The simulator's control routes, for tests and benches: what was charged, what it counted,
 the faults in force, and a reset to a fresh start.
 
-GET  /_sim/charges        every charged task: the ground truth of what was paid
+GET  /_sim/charges        every charged task: the ground truth of what was paid, each with its
+                          tokens by class and its `cost` (`simulator.billing.Charge`)
+GET  /_sim/bill           {"cost": <every charge's cost, summed>, "charges": <how many>}: the
+                          money paid, in micro-units (1 000 000 = $1), summed by the simulator
+                          from each charge's own rounded cost (never rounded again)
 GET  /_sim/stats          requests by route, tasks in flight now and at most
 GET/POST /_sim/faults     the fault plan in force (see `simulator.faults`)
 POST /_sim/tasks/{id}/forget   lose one task (its charge stays), as expiring upstreams do
 POST /_sim/hold           {held}: no task ends while held; on release each ends one latency later
-POST /_sim/reset          {latency, seed, honour_keys, faults}: forget every task, charge, count
-                          and fault, as if just started so (tests reuse one process)
+POST /_sim/reset          {latency, seed, honour_keys, faults}: forget every task, charge, count,
+                          fault and cached prompt, as if just started so (tests reuse one process)
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ def add_control_routes(
     async def charges() -> Any:
         with upstream.lock:
             return {"charges": [c.__dict__ for c in upstream.charges]}
+
+    @app.get("/_sim/bill")
+    async def bill() -> Any:
+        with upstream.lock:
+            return {"cost": sum(c.cost for c in upstream.charges), "charges": len(upstream.charges)}
 
     @app.get("/_sim/stats")
     async def stats() -> Any:

@@ -6,15 +6,26 @@ output or error line written to disk as it is read: one line per request (its `c
 each answering for the posts of its own chat request. The charge is settled as it was when the
 whole output was split at once: by the usage its answers report, or, expired or cancelled,
 for the requests that ran (the first half), as `Upstream.bill_only` counts them.
+
+Each line that runs meets the prompt cache as a chat completion would (the batch's prompt,
+`simulator.caching`), in the order the lines are answered, here, when the batch is finished:
+the first line of a long prompt records it, the next ones read it. Its money is per line: the
+charge of a completed batch costs the sum of its output lines' costs, each rounded up on its
+own at the Batch API's price (`simulator.billing`), as a client pricing each answer pays. An
+expired or cancelled batch is billed as before, by tokens counted as `bill_only` counts them:
+as one request of the prompt (once) and the posts that ran, uncached.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from simulator.billing import BATCH_DISCOUNT, Usage, request_cost
+from simulator.caching import Prefix
 from simulator.model import count_tokens, list_length, tokens_in
 from simulator.openai_batch_lines import BatchLines, Gathered, LineRecord, gathered
 from simulator.openai_chat import answer_text, completion
@@ -83,8 +94,8 @@ def finish_batch(state: OpenAIState, batch: SimBatch, status: str) -> None:
             batch.lines.prompt_tokens + billed.tokens,
             tokens_in(list_length(billed.item_chars, len(billed.post_ids))),
         )
-    elif written.out:  # billed as its answers report their usage
-        upstream.bill_usage(task.task_id, written.prompt_tokens, written.completion_tokens)
+    elif written.out:  # billed as its answers report their usage, each at its own cost
+        upstream.bill_usage(task.task_id, written.usage, written.cost)
 
 
 @dataclass
@@ -121,8 +132,8 @@ class _Written:
     error_path: Path
     out: int = 0
     errors: int = 0
-    prompt_tokens: int = 0  # the usage the output's answers report, in all
-    completion_tokens: int = 0
+    usage: Usage = Usage(0, 0)  # the usage the output's answers report, in all
+    cost: int = 0  # what they cost, each rounded up on its own
     billed: _Billed = field(default_factory=_Billed)
 
 
@@ -130,7 +141,7 @@ def _write(state: OpenAIState, batch: SimBatch, status: str, ran: int, written: 
     """One line per request, in order: the first `ran` of them run."""
     lines = batch.lines
     assert lines is not None
-    found = gathered(lines)
+    found, now = gathered(lines), time.monotonic()
     with (
         written.out_path.open("w", encoding="utf-8") as out,
         written.error_path.open("w", encoding="utf-8") as errors,
@@ -153,11 +164,11 @@ def _write(state: OpenAIState, batch: SimBatch, status: str, ran: int, written: 
                 _put(errors, {**line, "response": response, "error": None})
                 written.errors += 1
             else:
-                response, usage = _answered(state, batch, lines, record, found)
+                response, usage = _answered(state, batch, lines, record, found, now)
                 _put(out, {**line, "response": response, "error": None})
                 written.out += 1
-                written.prompt_tokens += usage["prompt_tokens"]
-                written.completion_tokens += usage["completion_tokens"]
+                written.usage += usage
+                written.cost += request_cost(batch.task.model, usage, BATCH_DISCOUNT)
             if status != "completed":
                 written.billed.add(record, index < ran, lines.dups)
 
@@ -167,10 +178,16 @@ def _put(file: TextIO, line: dict[str, Any]) -> None:
 
 
 def _answered(
-    state: OpenAIState, batch: SimBatch, lines: BatchLines, record: LineRecord, found: Gathered
-) -> tuple[dict[str, Any], dict[str, int]]:
+    state: OpenAIState,
+    batch: SimBatch,
+    lines: BatchLines,
+    record: LineRecord,
+    found: Gathered,
+    now: float,
+) -> tuple[dict[str, Any], Usage]:
     """The 200 response of one request that ran, and its usage: the chat completion of its
-    own posts' items; its prompt counts the prompt and each of its posts' text."""
+    own posts' items; its prompt counts the prompt and each of its posts' text, the prompt
+    read from the cache if it was there at `now` (`Upstream.use_cache`)."""
     task, special = batch.task, lines.special
     own: list[Any] = []
     prompt_tokens = lines.prompt_tokens
@@ -186,5 +203,7 @@ def _answered(
         fault = batch.spoiled_request[1]
         text = spoil_output(text, fault, state.faults.pick, task.schema).text
     content = answer_text(text, json_mode=batch.json_mode)
-    body = completion(task.model, content, prompt_tokens, count_tokens(content))
-    return {"status_code": 200, "request_id": new_id("req"), "body": body}, body["usage"]
+    cached = state.upstream.use_cache(task.model, Prefix(task.prompt), now).read
+    usage = Usage(prompt_tokens - cached, count_tokens(content), cached)
+    body = completion(task.model, content, usage)
+    return {"status_code": 200, "request_id": new_id("req"), "body": body}, usage

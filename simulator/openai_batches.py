@@ -11,7 +11,10 @@ Fault routes (`simulator.faults`): `poll` is GET /v1/batches/{id}, `list` GET /v
 
 A batch runs all its requests as one simulated task (one charge listing every post, under the
 `postledger_key` of its metadata), which takes the simulator's latency; what it shows once it
-ended is `simulator.openai_batch_output`'s. It answers the analysis its first line asks
+ended is `simulator.openai_batch_output`'s. It is billed at half the chat completions' price
+(`simulator.billing`): at its create, for now, as one request of its prompt and its running
+posts, uncached; once it is finished, as its lines' answers report, line by line
+(`simulator.openai_batch_finish`). It answers the analysis its first line asks
 (`simulator.analyses`). A line whose strict schema OpenAI would refuse
 (`simulator.openai_strict`) does not run: its 400 is in the error file, and it is not billed.
 
@@ -29,6 +32,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 
+from simulator.billing import BATCH_DISCOUNT
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, WHOLE_OUTPUT, Decision, Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.openai_batch_lines import BatchLines, with_spoiled_item
@@ -46,7 +50,7 @@ from simulator.openai_state import (
 )
 from simulator.read_faults import answered_early, spoiled_answer
 from simulator.responses import refusal, transport_fault
-from simulator.upstream import SimTask
+from simulator.task import SimTask
 
 
 @dataclass
@@ -136,6 +140,7 @@ def _batch_task(
         now=now,
         on_new=on_new,
         schema=scanned.schema,
+        discount=BATCH_DISCOUNT,
     )
 
 

@@ -4,7 +4,10 @@ Anthropic faces reuse (a batch line is a chat request; its output line a chat co
 POST /v1/chat/completions     one synchronous completion: charged, answered after the latency
 
 A completion answers the analysis its request asks (`simulator.analyses`); a strict
-`json_schema` OpenAI would refuse is refused as OpenAI does (`simulator.openai_strict`).
+`json_schema` OpenAI would refuse is refused as OpenAI does (`simulator.openai_strict`). Its
+system prompt is cached as OpenAI caches it, on its own (`simulator.caching`): its usage
+counts the tokens read from the cache in `prompt_tokens` and again in
+`prompt_tokens_details.cached_tokens`.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI, Request
 
 from simulator.analyses import chat_item_schema
+from simulator.billing import Usage
+from simulator.caching import Prefix
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Route
 from simulator.gateway import Made, through_gateway
 from simulator.model import count_tokens
@@ -24,7 +30,7 @@ from simulator.openai_state import OpenAIState, denied, invalid, new_id
 from simulator.openai_strict import refused, strict_problem
 from simulator.outputs import spoiled_by
 from simulator.responses import error, refusal, transport_fault
-from simulator.upstream import SimTask, until_done
+from simulator.task import SimTask, until_done
 
 
 def _text_of(content: Any) -> str:
@@ -60,9 +66,10 @@ def answer_text(output: str, json_mode: bool) -> str:
     return json.dumps({"results": items}, ensure_ascii=False) if isinstance(items, list) else output
 
 
-def completion(
-    model: str, content: str, prompt_tokens: int, completion_tokens: int
-) -> dict[str, Any]:
+def completion(model: str, content: str, usage: Usage) -> dict[str, Any]:
+    """A chat completion; `usage`: its tokens by class (OpenAI counts the cached input in
+    `prompt_tokens`, and apart in `prompt_tokens_details`; it writes no cache)."""
+    prompt_tokens = usage.input_tokens + usage.cached_input_tokens
     return {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
@@ -78,8 +85,9 @@ def completion(
         ],
         "usage": {
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": prompt_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
         },
     }
 
@@ -106,15 +114,17 @@ def _completion_task(
         on_new=on_new,
         honour_key=False,
         schema=chat_item_schema(body, prompt),
+        cache=Prefix(prompt),
     )
     return task
 
 
-def _billed_content(state: OpenAIState, task: SimTask, body: dict[str, Any]) -> str:
-    """The answer's text; the charge is the usage the answer reports."""
+def _billed_content(state: OpenAIState, task: SimTask, body: dict[str, Any]) -> tuple[str, Usage]:
+    """The answer's text and its usage; the charge is the usage the answer reports."""
     content = answer_text(task.output, json_mode(body))
-    state.upstream.bill_usage(task.task_id, task.input_tokens, count_tokens(content))
-    return content
+    usage = replace(task.usage(), output_tokens=count_tokens(content))
+    state.upstream.bill_usage(task.task_id, usage)
+    return content, usage
 
 
 def _completion_again(state: OpenAIState, body: dict[str, Any], request: Request) -> Made:
@@ -154,5 +164,5 @@ def add_chat_routes(app: FastAPI, state: OpenAIState) -> None:
         if decision is not None:
             faults.note(decision, made=[task.task_id])
             return await transport_fault(decision)  # made and charged, the answer is lost
-        content = _billed_content(state, task, body)
-        return completion(task.model, content, task.input_tokens, count_tokens(content))
+        content, usage = _billed_content(state, task, body)
+        return completion(task.model, content, usage)

@@ -23,7 +23,8 @@ from simulator.faults import Faults
 from simulator.openai_batch_lines import BatchLines
 from simulator.responses import error
 from simulator.spool import Spool
-from simulator.upstream import SimTask, TaskState, Upstream
+from simulator.task import SimTask, TaskState
+from simulator.upstream import Upstream
 
 # The task states after which a batch can no longer be cancelled.
 ENDED_STATES = (TaskState.SUCCEEDED, TaskState.FAILED)

@@ -16,7 +16,7 @@ from simulator.item_spoils import (
     with_long_string,
     without_field,
 )
-from simulator.upstream import SimTask
+from simulator.task import SimTask
 
 
 class Spoiled(NamedTuple):

@@ -6,6 +6,11 @@ GET  /v1/tasks/{task_id}  status, output, usage; `?wait=S` holds the answer up t
 `schema` is the JSON Schema of one post's answer (`simulator.analyses`); without it (older
 clients), the default analysis. Fault routes (`simulator.faults`): `create` is POST /v1/tasks,
 `poll` GET /v1/tasks/{id}.
+
+Its prompt is cached as OpenAI caches a system prompt (`simulator.caching`), and its usage
+says so in the simulator's own words: `{"input_tokens": <input not read from the cache>,
+"cached_input_tokens": <read from it>, "output_tokens"}`, which the client passes on to the
+ledger as it is.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from simulator.caching import Prefix
 from simulator.faults import CREATE_AFTER, CREATE_REFUSED, Faults, Route
 from simulator.gateway import Made, through_gateway
 from simulator.outputs import spoiled_by
 from simulator.read_faults import answered_early, spoiled_answer
 from simulator.responses import error, refusal, transport_fault
-from simulator.upstream import IdempotencyConflict, SimTask, TaskState, Upstream
+from simulator.task import SimTask, TaskState
+from simulator.upstream import IdempotencyConflict, Upstream
 
 MAX_WAIT_SECONDS = 60.0
 
@@ -74,6 +81,7 @@ class TaskApi:
             now=time.monotonic(),
             on_new=spoil if faulted else None,
             schema=body.item_schema if isinstance(body.item_schema, dict) else None,
+            cache=Prefix(body.prompt),
         )
 
     def make_again(self, body: CreateTask, idempotency_key: str | None) -> Made:
@@ -92,13 +100,18 @@ class TaskApi:
 def _task_body(task: SimTask, now: float) -> dict[str, Any]:
     state = task.state(now)
     done = state in (TaskState.SUCCEEDED, TaskState.FAILED)
+    usage = task.usage()
     return {
         "task_id": task.task_id,
         "status": state.value,
         "output": task.output if state is TaskState.SUCCEEDED else None,
         "error": task.error if state is TaskState.FAILED else None,
         "usage": (
-            {"input_tokens": task.input_tokens, "output_tokens": task.output_tokens}
+            {
+                "input_tokens": usage.input_tokens,
+                "cached_input_tokens": usage.cached_input_tokens,
+                "output_tokens": usage.output_tokens,
+            }
             if done
             else None
         ),

@@ -1,77 +1,30 @@
-"""The simulated paid AI service: tasks, the charge log and request statistics.
+"""The simulated paid AI service: tasks, the charge log, the prompt cache and request
+statistics.
 
 Pure state behind a lock, with time passed in, so that the HTTP layer stays thin and fault
-injection (`Faults`) can change what a request sees without touching the bookkeeping.
+injection (`Faults`) can change what a request sees without touching the bookkeeping. Each
+charge is billed in money as it is made, and again whenever its usage is settled
+(`simulator.billing`); a new task meets the prompt cache as it is made (`simulator.caching`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
+from simulator.billing import Charge, Usage, billed, new_charge
+from simulator.caching import CacheUse, Prefix, PromptCache, cache_use
 from simulator.model import count_tokens, write_output
+from simulator.task import SimTask
 
-
-class TaskState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-@dataclass
-class SimTask:
-    task_id: str
-    idempotency_key: str | None
-    model: str
-    prompt: str
-    posts: list[tuple[str, str]]
-    created: float  # monotonic seconds
-    done_at: float
-    output: str
-    input_tokens: int
-    output_tokens: int
-    error: str | None = None
-    # The item schema the request asked its answer in (`simulator.analyses`; None: the
-    # default analysis): a repeat under the same key must ask the same, and output faults
-    # spoil an answer in its shape.
-    schema: dict[str, Any] | None = None
-
-    def state(self, now: float) -> TaskState:
-        if now >= self.done_at:
-            return TaskState.FAILED if self.error else TaskState.SUCCEEDED
-        # The first tenth of the latency is spent waiting for a worker, as real services do.
-        queued_until = self.created + (self.done_at - self.created) / 10
-        return TaskState.QUEUED if now < queued_until else TaskState.RUNNING
-
-
-@dataclass(frozen=True)
-class Charge:
-    task_id: str
-    idempotency_key: str | None
-    post_ids: list[str]
-    model: str
-    input_tokens: int
-    output_tokens: int
-    at: str  # ISO 8601 UTC
-    # When the task ends upstream: [at, done_at) is the time it is in flight; "" while held.
-    done_at: str
-
-
-async def until_done(task: SimTask) -> None:
-    """Wait out a task's latency, and any hold on it (a synchronous answer waits for it)."""
-    while task.done_at == math.inf:
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(max(0.0, task.done_at - time.monotonic()))
+# A task is `simulator.task`'s; named here too, where it always was (tests import it so).
+__all__ = ["IdempotencyConflict", "SimTask", "Upstream"]
 
 
 class IdempotencyConflict(Exception):
@@ -93,6 +46,7 @@ class Upstream:
     # True: no task ends until released (`POST /_sim/hold`): tests that need work in flight
     # at a given moment hold it there instead of hoping the latency is long enough.
     held: bool = False
+    cache: PromptCache = field(default_factory=PromptCache)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -109,6 +63,7 @@ class Upstream:
             self.polls.clear()
             self.max_in_flight = 0
             self.held = False
+            self.cache.clear()
             self._ids = random.Random(seed)
 
     def count_request(self, route: str, task_id: str | None = None) -> None:
@@ -128,10 +83,14 @@ class Upstream:
         on_new: Callable[[SimTask], None] | None = None,
         honour_key: bool = True,
         schema: dict[str, Any] | None = None,
+        cache: Prefix | None = None,
+        discount: int = 0,
     ) -> tuple[SimTask, bool]:
         """Accept a task; returns (task, charged). A known key returns its task, uncharged.
         `honour_key=False`: the protocol has no idempotency keys; the key (if any) is only
-        written into the charge log. `schema`: the item schema its answer is asked in."""
+        written into the charge log. `schema`: the item schema its answer is asked in.
+        `cache`: the prefix of its input the prompt cache may hold (a new task uses it);
+        `discount`: the percent its face takes off its cost."""
         honour_key = honour_key and self.honour_keys
         with self.lock:
             if honour_key and idempotency_key in self.by_key:
@@ -150,7 +109,9 @@ class Upstream:
             task = self._new_task(
                 idempotency_key, model, prompt, posts, now, output, tokens, schema
             )
-            self._charge(task, [pid for pid, _ in posts], now, on_new, honour_key=honour_key)
+            task.cached = cache_use(self.cache, model, cache, now)
+            post_ids = [pid for pid, _ in posts]
+            self._charge(task, post_ids, now, on_new, honour_key=honour_key, discount=discount)
             return task, True
 
     def create_counted(
@@ -165,15 +126,24 @@ class Upstream:
         now: float,
         on_new: Callable[[SimTask], None] | None = None,
         schema: dict[str, Any] | None = None,
+        discount: int = 0,
     ) -> SimTask:
         """Accept a task whose posts and output the caller counted and keeps (an OpenAI batch
         keeps them on disk: a month's job is 500 000 posts); charged as `create` charges it,
-        the task holds neither. The key (if any) is only written into the charge log."""
+        the task holds neither. The key (if any) is only written into the charge log. Its
+        input meets no cache here: the caller's requests do, as it answers them
+        (`use_cache`), and settle the charge then (`bill_usage`)."""
         with self.lock:
             tokens = (input_tokens, output_tokens)
             task = self._new_task(idempotency_key, model, prompt, [], now, "", tokens, schema)
-            self._charge(task, post_ids, now, on_new, honour_key=False)
+            self._charge(task, post_ids, now, on_new, honour_key=False, discount=discount)
             return task
+
+    def use_cache(self, model: str, prefix: Prefix | None, now: float) -> CacheUse:
+        """What one request the caller answers itself (an OpenAI batch's line) reads from and
+        writes to the prompt cache at `now`, the cache updated."""
+        with self.lock:
+            return cache_use(self.cache, model, prefix, now)
 
     def _new_task(
         self,
@@ -201,8 +171,9 @@ class Upstream:
         on_new: Callable[[SimTask], None] | None,
         *,
         honour_key: bool,
+        discount: int,
     ) -> None:
-        """Keep a new task and charge it (under the lock)."""
+        """Keep a new task and charge it (under the lock): its usage, at its face's price."""
         wall = datetime.now(UTC)
         ends = "" if self.held else (wall + timedelta(seconds=self.latency)).isoformat()
         if on_new is not None:
@@ -211,13 +182,13 @@ class Upstream:
         if task.idempotency_key is not None and honour_key:
             self.by_key[task.idempotency_key] = task.task_id
         self.charges.append(
-            Charge(
-                task_id=task.task_id,
-                idempotency_key=task.idempotency_key,
-                post_ids=post_ids,
-                model=task.model,
-                input_tokens=task.input_tokens,
-                output_tokens=task.output_tokens,
+            new_charge(
+                task.task_id,
+                task.idempotency_key,
+                post_ids,
+                task.model,
+                task.usage(),
+                discount,
                 at=wall.isoformat(),
                 done_at=ends,
             )
@@ -245,7 +216,9 @@ class Upstream:
         self, task_id: str, post_ids: list[str], input_tokens: int, output_tokens: int
     ) -> None:
         """The task's charge covers only these posts, at these counts (`bill_only`'s, counted
-        by a caller that keeps the posts itself); no post: the charge is taken back."""
+        by a caller that keeps the posts itself); no post: the charge is taken back (and its
+        cost with it). The input is counted whole, none of it cached: billed as one request
+        of that input at the full rate."""
         with self.lock:
             found = [i for i, c in enumerate(self.charges) if c.task_id == task_id]
             if task_id not in self.tasks or not found:
@@ -254,22 +227,18 @@ class Upstream:
             if not post_ids:
                 del self.charges[index]
                 return
-            self.charges[index] = replace(
-                self.charges[index],
-                post_ids=post_ids,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-            )
+            charge = replace(self.charges[index], post_ids=post_ids)
+            self.charges[index] = billed(charge, Usage(input_tokens, output_tokens))
 
-    def bill_usage(self, task_id: str, input_tokens: int, output_tokens: int) -> None:
+    def bill_usage(self, task_id: str, usage: Usage, cost: int | None = None) -> None:
         """The task's charge is the usage its answer reported (the OpenAI routes wrap the
-        model's text, so the answer's tokens are not the raw output's)."""
+        model's text, so the answer's tokens are not the raw output's); `cost`: what its
+        answers cost, each rounded on its own (an OpenAI batch's lines), else the usage's
+        as one request."""
         with self.lock:
             for index, charge in enumerate(self.charges):
                 if charge.task_id == task_id:
-                    self.charges[index] = replace(
-                        charge, input_tokens=input_tokens, output_tokens=output_tokens
-                    )
+                    self.charges[index] = billed(charge, usage, cost)
 
     def get(self, task_id: str) -> SimTask | None:
         with self.lock:

@@ -48,6 +48,11 @@ class Sim:
         charges: list[dict[str, Any]] = _LOOPBACK.get(f"{self.url}/_sim/charges").json()["charges"]
         return charges
 
+    def bill(self) -> int:
+        """What every charge costs, in micro-units: the simulator's own sum of each charge's
+        rounded cost (`GET /_sim/bill`)."""
+        return int(_LOOPBACK.get(f"{self.url}/_sim/bill").json()["cost"])
+
     def stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = _LOOPBACK.get(f"{self.url}/_sim/stats").json()
         return stats
