@@ -1,16 +1,16 @@
 """`postledger`: run a month, look at it, prepare the machine, make sample data, simulate.
 
-One module per command group (`run.py`; `look.py`: status, report, plan, breaker; `answers.py`:
-retry, approve; `setup.py`; `sample.py`; `analysis.py`; `sim.py`); this one registers them, in
-the order `--help` lists them. Commands that need Prefect import it when they run, so `status`
-and `sim` start fast and the core stays importable without it.
+One module per command group (`run.py`; `estimate.py`; `look.py`: status, report, plan,
+breaker; `answers.py`: retry, approve; `setup.py`; `sample.py`; `analysis.py`; `sim.py`);
+this one registers them, in the order `--help` lists them. Commands that need Prefect import
+it when they run, so `status` and `sim` start fast and the core stays importable without it.
 """
 
 from __future__ import annotations
 
 import typer
 
-from cli import analysis, answers, look, run, sample, setup, sim
+from cli import analysis, answers, estimate, look, run, sample, setup, sim
 from cli.shared import err
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.command()(run.run)
+app.command()(estimate.estimate)
 app.command()(look.status)
 app.command()(look.report)
 app.command()(answers.retry)

@@ -16,8 +16,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from postledger.ledger import Ledger
+from postledger.progress import ledger_forecast, money
 from postledger.progress.status import progress_of, status_of, what_is_asked
 from postledger.record.models import Question
+from postledger.settings import Settings
 
 
 def what_this_run_did(ended: dict[str, int], after: dict[str, Any]) -> str:
@@ -52,6 +54,35 @@ def _paused(kind: Question, month: str, *, embedded: bool) -> str:
     return f"[red]paused: {asks}.[/] Answer {where} with `{answer_with}`"
 
 
+class SpendAgainstForecast:
+    """The month's spend so far against its forecast: what it had committed when the run
+    first showed progress, plus the forecast of what was then left (`ledger_forecast`, worked
+    out once, from the ledger the run has written the month's posts to). Nothing to say
+    without a price for the model."""
+
+    def __init__(self, ledger: Ledger, month: str, settings: Settings) -> None:
+        self._ledger, self._month, self._settings = ledger, month, settings
+        self._forecast: int | None = None
+        self._tried = settings.price() is None
+
+    def words(self) -> str:
+        if not self._tried:
+            self._tried = True
+            try:
+                forecast = ledger_forecast(
+                    self._settings.resolved_database_url(), self._month, self._settings
+                )
+            except Exception:  # a progress line is never worth a failed run
+                return ""
+            if forecast.cost is not None:
+                self._forecast = forecast.committed + forecast.cost
+        if self._forecast is None:
+            return ""
+        spend = self._ledger.spend_totals(self._month)
+        committed = spend["confirmed"] + spend["possible"] + spend["wasted"]
+        return f"spend {money(committed)} of {money(self._forecast)} forecast"
+
+
 class ProgressLines:
     """Where there is no live bar: a plain line each tenth of the month ended, and at least
     every `EVERY` seconds while nothing does."""
@@ -64,7 +95,7 @@ class ProgressLines:
         self._step = max(1, total // 10)
         self._ended_then = 0
 
-    def maybe_print(self, report: dict[str, Any] | None) -> None:
+    def maybe_print(self, report: dict[str, Any] | None, spend: str = "") -> None:
         now = time.monotonic()
         ended = 0 if report is None else report["completed"] + report["failed"]
         if ended < self._ended_then + self._step and now - self._last < self.EVERY:
@@ -78,7 +109,7 @@ class ProgressLines:
             line = (
                 f"{self._month}: {ended} of {self._total} posts ended ({report['completed']} "
                 f"completed, {report['failed']} failed), {report['counts']['running']} "
-                f"running, {elapsed}"
+                f"running, {elapsed}" + (f"; {spend}" if spend else "")
             )
             # A Batch API job: what its upstream last counted, said to be its own counts.
             line += "".join(f"\n  {job['said']}" for job in report.get("upstream_jobs", []))
@@ -87,7 +118,13 @@ class ProgressLines:
 
 @contextmanager
 def progress_bar(
-    ledger: Ledger, month: str, total: int, console: Console, *, embedded: bool
+    ledger: Ledger,
+    month: str,
+    total: int,
+    console: Console,
+    settings: Settings,
+    *,
+    embedded: bool,
 ) -> Iterator[None]:
     stop = threading.Event()
     progress = Progress(
@@ -105,17 +142,19 @@ def progress_bar(
     # No live bar where the output is not a terminal (a log file, a pipe, cron): a line now
     # and then instead, so that a long run is never silent.
     lines = None if console.is_terminal else ProgressLines(month, total, console)
+    spend = SpendAgainstForecast(ledger, month, settings)
 
     def refresh() -> None:
         while not stop.wait(0.5):
             report = progress_of(ledger, month)  # light: this runs beside the batches
+            spent = spend.words() if report is not None else ""
             if lines is not None:
-                lines.maybe_print(report)
+                lines.maybe_print(report, spent)
             if report is None:
                 continue
             detail = (
                 f"{report['completed']} completed, {report['failed']} failed, "
-                f"{report['counts']['running']} running"
+                f"{report['counts']['running']} running" + (f", {spent}" if spent else "")
             )
             for job in report.get(
                 "upstream_jobs", []

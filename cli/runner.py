@@ -92,7 +92,7 @@ def run_month(
             first_event = last_event(reader, month)  # what this run does comes after it
         stopped: str | None = None
         with (
-            progress_bar(ledger, month, total, console, embedded=server is not None),
+            progress_bar(ledger, month, total, console, settings, embedded=server is not None),
             logs_above_the_bar(console, verbose=verbose),
             stopping_on_signals(lambda words: console.print(f"[yellow]{words}[/]")),
         ):

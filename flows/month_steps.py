@@ -12,17 +12,26 @@ from typing import Any
 from uuid import UUID
 
 from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact
 
 from flows import due_work
-from flows.artifacts import MonthArtifacts
+from flows.approval import ask_about_budget
+from flows.artifacts import MonthArtifacts, artifact_key
 from flows.dispatch import RunStopped, run_until_done
 from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import Recovered
 from flows.slots import free_stale_slots
-from postledger.ledger import BatchStatus, Ledger, LedgerUnavailable
+from postledger.ledger import Answer, BatchStatus, Ledger, LedgerUnavailable, Question
 from postledger.preflight import CheckedPosts, finish_saved_outputs, import_spills, read_posts
-from postledger.progress import SIMULATED, status_of
+from postledger.progress import (
+    SIMULATED,
+    forecast_markdown,
+    ledger_forecast,
+    money,
+    over_budget,
+    status_of,
+)
 from postledger.settings import MAX_IN_FLIGHT, Settings
 
 
@@ -105,6 +114,41 @@ def finish_saved_outputs_first(run: MonthRun) -> None:
     )
     if finished:
         get_run_logger().info("finished %d batches from their saved outputs", len(finished))
+
+
+def forecast_the_month(run: MonthRun) -> str | None:
+    """What is left is forecast before anything is sent (an artifact, and a line of the log);
+    a forecast past the month's budget asks a person first, not halfway through. Why the
+    month stops here, if it does."""
+    month, settings = run.month, run.settings
+    forecast = ledger_forecast(run.ledger_url, month, settings)
+    create_markdown_artifact(
+        forecast_markdown(forecast),
+        key=artifact_key(month, "forecast"),
+        description=f"postledger {month}: what is left should cost, and take",
+    )
+    cost = "no price" if forecast.cost is None else money(forecast.cost)
+    get_run_logger().info(
+        "%s: forecast: %d posts in %d batches left, about %s",
+        month,
+        forecast.work.posts,
+        forecast.work.batches,
+        cost,
+    )
+    if not forecast.crosses_budget() or _budget_approved(run.ledger, month):
+        return None
+    answer = ask_about_budget(run.ledger, month, settings, over_budget(forecast))
+    if answer is Answer.CONTINUE:
+        return None
+    return f"{over_budget(forecast)}, and nobody said go on ({answer.value})"
+
+
+def _budget_approved(ledger: Ledger, month: str) -> bool:
+    """A person already said go on past the budget, for the rest of this month."""
+    return any(
+        approval.kind is Question.BUDGET and approval.answer is Answer.CONTINUE
+        for approval in ledger.approvals.approvals(month)
+    )
 
 
 def make_room_for_batches(run: MonthRun) -> None:

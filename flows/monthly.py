@@ -26,6 +26,7 @@ from flows.month_steps import (
     MonthRun,
     artifacts_shown,
     finish_saved_outputs_first,
+    forecast_the_month,
     import_what_was_left,
     know_the_posts,
     make_room_for_batches,
@@ -159,6 +160,8 @@ def process_month(
         finish_saved_outputs_first(run)
         interrupted = take_stock_of_interrupted(run, poll=poll, resubmit=resubmit)
         run.ledger.replan_unsent(run.month)
+        if (over := forecast_the_month(run)) is not None:
+            raise RunStopped(f"{run.month}: nothing was sent: {over}")
     make_room_for_batches(run)
     with (
         artifacts_shown(run) as artifacts,

@@ -58,15 +58,28 @@ def month_file(base: Path, month: str) -> Path:
 
 
 class Price(BaseModel):
-    """One model's price per million tokens, in micro-units."""
+    """One model's list price per million tokens, in micro-units, by class of token: input
+    read fresh, input read from the provider's prompt cache, input written to it, output.
+    A class left out is billed as fresh input (an older table, or a provider without it).
+    `discount_percent` comes off every class: a Batch API's half price is the kind's
+    (`Settings.price`), not something to work into the table by hand."""
 
     model_config = ConfigDict(extra="forbid")
 
     input: int = Field(ge=0)
     output: int = Field(ge=0)
+    cached_input: int | None = Field(default=None, ge=0)
+    cache_write: int | None = Field(default=None, ge=0)
+    discount_percent: int = Field(default=0, ge=0, le=100)
+
+    def cached_input_rate(self) -> int:
+        return self.input if self.cached_input is None else self.cached_input
+
+    def cache_write_rate(self) -> int:
+        return self.input if self.cache_write is None else self.cache_write
 
 
 DEFAULT_PRICES: dict[str, Price] = {
     # The simulator's model: priced like a small hosted model, so the numbers mean something.
-    "sim-analyst-1": Price(input=150_000, output=600_000),
+    "sim-analyst-1": Price(input=150_000, output=600_000, cached_input=15_000, cache_write=187_500),
 }

@@ -48,6 +48,26 @@ class UpstreamKind(StrEnum):
     ANTHROPIC_MESSAGES = "anthropic_messages"  # POST {root}/v1/messages: synchronous, no id
     ANTHROPIC_BATCH = "anthropic_batch"  # POST {root}/v1/messages/batches: polled, no metadata
 
+    @property
+    def batch_api(self) -> bool:
+        """A provider's Batch API: one job of many requests, billed at a discount."""
+        return self in (UpstreamKind.OPENAI_BATCH, UpstreamKind.ANTHROPIC_BATCH)
+
+    @property
+    def sibling(self) -> UpstreamKind | None:
+        """The same provider's other way in (chat ↔ Batch API); the task API has none."""
+        return _SIBLINGS.get(self)
+
+
+_SIBLINGS = {
+    UpstreamKind.OPENAI_CHAT: UpstreamKind.OPENAI_BATCH,
+    UpstreamKind.OPENAI_BATCH: UpstreamKind.OPENAI_CHAT,
+    UpstreamKind.ANTHROPIC_MESSAGES: UpstreamKind.ANTHROPIC_BATCH,
+    UpstreamKind.ANTHROPIC_BATCH: UpstreamKind.ANTHROPIC_MESSAGES,
+}
+# What OpenAI's and Anthropic's Batch APIs take off every price (POSTLEDGER_BATCH_DISCOUNT).
+BATCH_DISCOUNT_PERCENT = 50
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POSTLEDGER_", extra="ignore")
@@ -208,6 +228,12 @@ class Settings(BaseSettings):
         description='per model, per million tokens, e.g. {"m": {"input": 150000, "output": '
         "600000}} ($0.15 / $0.60)",
     )
+    batch_discount: int = Field(
+        default=BATCH_DISCOUNT_PERCENT,
+        ge=0,
+        le=100,
+        description="percent a Batch API kind takes off every price of the table",
+    )
     max_cost: int | None = Field(
         default=None,
         ge=0,
@@ -254,9 +280,16 @@ class Settings(BaseSettings):
         text = json.dumps(analysis.json_schema(), ensure_ascii=False)  # its fields in order
         return self.model_copy(update={"analysis": text, "prompt": None})
 
-    def price(self) -> Price | None:
-        """The price of the configured model; None if the table has none."""
-        return self.prices.get(self.model)
+    def price(self, kind: UpstreamKind | None = None) -> Price | None:
+        """What the configured model costs on `kind` (the configured one by default): its
+        table price, with a Batch API's discount unless the table sets one for the model.
+        None if the table has no price for it."""
+        listed = self.prices.get(self.model)
+        if listed is None or "discount_percent" in listed.model_fields_set:
+            return listed
+        kind = kind or self.upstream_kind
+        discount = self.batch_discount if kind.batch_api else 0
+        return listed.model_copy(update={"discount_percent": discount})
 
     def breaker_name(self) -> str:
         """The key of the upstream's breaker: the same for every run against it (R18)."""

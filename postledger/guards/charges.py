@@ -13,7 +13,8 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from postledger.defaults import Price
-from postledger.guards.spend import cost_of, estimate, money, usage_tokens
+from postledger.guards.spend import cost_of, estimate, money
+from postledger.guards.usage import usage_of
 from postledger.record.db import insert_many
 from postledger.record.figures import SpendGroup, summed
 from postledger.record.models import (
@@ -118,6 +119,8 @@ def send_counted(
         "state": SpendState.POSSIBLE,
         "estimated_cost": estimated,
         "input_tokens": None,
+        "cached_input_tokens": None,
+        "cache_write_tokens": None,
         "output_tokens": None,
         "cost": None,
         "at": now,
@@ -218,10 +221,11 @@ def settle_all(
 
 def _confirmed(row: SpendRecord, usage: dict[str, Any] | None, price: Price | None) -> SpendRecord:
     """A send's possible charge made confirmed, at the usage it reported if it told any."""
-    tokens = usage_tokens(usage)
-    if tokens is not None:
-        row.input_tokens, row.output_tokens = tokens
-        row.cost = cost_of(price, *tokens) if price is not None else None
+    used = usage_of(usage)
+    if used is not None:
+        row.input_tokens, row.output_tokens = used.input, used.output
+        row.cached_input_tokens, row.cache_write_tokens = used.cached_input, used.cache_write
+        row.cost = cost_of(price, used) if price is not None else None
     row.state, row.updated_at = SpendState.CONFIRMED, utcnow()
     return row
 
@@ -257,6 +261,8 @@ def spend_summary(rows: list[SpendRecord]) -> dict[str, int]:
             1,
             row.input_tokens or 0,
             row.output_tokens or 0,
+            row.cached_input_tokens or 0,
+            row.cache_write_tokens or 0,
         )
         for row in rows
     )

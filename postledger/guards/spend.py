@@ -2,16 +2,17 @@
 
 Money is an integer number of micro-units (millionths of the currency unit: 1 000 000 = $1
 when prices are in dollars), so sums are exact and never drift as floats do. A price is given
-per million tokens, in micro-units: `{"input": 150000, "output": 600000}` is $0.15 / $0.60.
+per million tokens, in micro-units: `{"input": 150000, "output": 600000}` is $0.15 / $0.60;
+a usage is counted by class of token (`postledger.guards.usage`), each at its own rate.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from postledger.defaults import Price
+from postledger.guards.usage import Usage
 
 # ~4 characters per token in English; fewer in other scripts, so this errs on the low side
 # for them: the estimate guards the budget, the upstream's usage settles the cost.
@@ -26,30 +27,23 @@ def tokens_of(text_chars: int) -> int:
     return -(-text_chars // CHARS_PER_TOKEN)  # ceiling division
 
 
-def cost_of(price: Price, input_tokens: int, output_tokens: int) -> int:
-    """The cost of a usage, rounded up to the micro-unit (never in the payer's favour)."""
-    return -(-(input_tokens * price.input + output_tokens * price.output) // PER_MILLION)
+def cost_of(price: Price, usage: Usage) -> int:
+    """The cost of a usage: each class of token at its rate, less the price's discount,
+    rounded up to the micro-unit once (never in the payer's favour)."""
+    listed = (
+        usage.input * price.input
+        + usage.cached_input * price.cached_input_rate()
+        + usage.cache_write * price.cache_write_rate()
+        + usage.output * price.output
+    )
+    return -(-listed * (100 - price.discount_percent) // (100 * PER_MILLION))
 
 
 def estimate(price: Price, prompt: str, texts: Sequence[str]) -> int:
     """A batch's cost before it is sent: its input, and a typical answer per post."""
     # Rounded up per text, as tokenizers count: the estimate should not fall short.
     input_tokens = tokens_of(len(prompt)) + sum(tokens_of(len(t)) for t in texts)
-    return cost_of(price, input_tokens, OUTPUT_TOKENS_PER_POST * len(texts))
-
-
-def usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int] | None:
-    """(input, output) tokens from an upstream's usage, in the names services use."""
-    if not usage:
-        return None
-    try:
-        input_tokens = int(usage.get("input_tokens", usage.get("prompt_tokens")))
-        output_tokens = int(usage.get("output_tokens", usage.get("completion_tokens")))
-    except (TypeError, ValueError):
-        return None
-    if input_tokens < 0 or output_tokens < 0:  # not a usage: the cost is left to the estimate
-        return None
-    return input_tokens, output_tokens
+    return cost_of(price, Usage(input_tokens, OUTPUT_TOKENS_PER_POST * len(texts)))
 
 
 def money(micro: int) -> str:

@@ -147,6 +147,11 @@ def summary_markdown(report: dict[str, Any], wall_seconds: float | None = None) 
         f"| spend wasted (paid, unusable) | {money(spend['wasted'])} |",
         f"| tokens in / out | {spend['input_tokens']} / {spend['output_tokens']} |",
     ]
+    if spend["cached_input_tokens"] or spend["cache_write_tokens"]:
+        lines.append(
+            "| input tokens read from / written to the prompt cache | "
+            f"{spend['cached_input_tokens']} / {spend['cache_write_tokens']} |"
+        )
     if spend["simulated"]:
         lines.append(f"| spend | {SIMULATED_SPEND} |")
     if wall_seconds is not None:

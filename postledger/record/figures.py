@@ -34,6 +34,8 @@ class SpendGroup:
     rows: int
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 def summed(groups: Iterable[SpendGroup]) -> dict[str, int]:
@@ -42,10 +44,13 @@ def summed(groups: Iterable[SpendGroup]) -> dict[str, int]:
     summary = {"confirmed": 0, "possible": 0, "wasted": 0}  # micro-units
     summary |= {"submissions": 0, "refunded_submissions": 0}  # counts
     summary |= {"input_tokens": 0, "output_tokens": 0}
+    summary |= {"cached_input_tokens": 0, "cache_write_tokens": 0}
     for group in groups:
         summary["submissions"] += group.rows
         summary["input_tokens"] += group.input_tokens
         summary["output_tokens"] += group.output_tokens
+        summary["cached_input_tokens"] += group.cached_input_tokens
+        summary["cache_write_tokens"] += group.cache_write_tokens
         if group.state is SpendState.POSSIBLE:
             summary["possible"] += group.estimated
         elif group.state is SpendState.REFUNDED:
@@ -184,7 +189,8 @@ def spend_totals(reader: Reader, month: str) -> dict[str, int]:
     (confirmed, possible and wasted micro-units, submissions, refunded ones, tokens)."""
     rows = reader.rows(
         "SELECT state, sum(coalesce(cost, estimated_cost, 0)), sum(coalesce(estimated_cost, 0)),"
-        " count(*), sum(coalesce(input_tokens, 0)), sum(coalesce(output_tokens, 0)) "
+        " count(*), sum(coalesce(input_tokens, 0)), sum(coalesce(output_tokens, 0)),"
+        " sum(coalesce(cached_input_tokens, 0)), sum(coalesce(cache_write_tokens, 0)) "
         "FROM spend WHERE month = ? GROUP BY state",
         month,
     )

@@ -315,7 +315,10 @@ class SpendRecord(SQLModel, table=True):
     send: int  # the batch's send number that may have made this charge
     state: SpendState = SpendState.POSSIBLE
     estimated_cost: int | None = None  # None: no price known for the model
-    input_tokens: int | None = None
+    # The usage by class of token (postledger.guards.usage); None until it is known.
+    input_tokens: int | None = None  # read fresh
+    cached_input_tokens: int | None = None  # read from the provider's prompt cache
+    cache_write_tokens: int | None = None  # written to it
     output_tokens: int | None = None
     cost: int | None = None  # from the usage and the price table
     at: datetime = Field(default_factory=utcnow, sa_column=_when())

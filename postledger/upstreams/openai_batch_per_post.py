@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from postledger.guards.usage import Usage, usage_of
 from postledger.upstreams.calls import Delivered, UpstreamFailed
 from postledger.upstreams.openai_protocol import batch_line, completion_result, request_error
 
@@ -17,8 +18,7 @@ def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, i
     post's answer, and an `{"id", "error"}` item for each post whose request failed (which
     validation turns into that post's failure reason). Usage summed over the answers."""
     items: list[Any] = []
-    tokens = [0, 0]
-    answered = False
+    used: Usage | None = None
     for line in lines:
         post_id = line["custom_id"]
         body, error = batch_line(line)
@@ -27,10 +27,8 @@ def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, i
             continue
         answer = completion_result(body)
         usage = answer.usage if isinstance(answer, Delivered | UpstreamFailed) else None
-        if usage is not None:
-            answered = True
-            tokens[0] += usage["input_tokens"]
-            tokens[1] += usage["output_tokens"]
+        if (line_usage := usage_of(usage)) is not None:
+            used = line_usage if used is None else used + line_usage
         if not isinstance(answer, Delivered):
             why = answer.reason if isinstance(answer, UpstreamFailed) else answer.detail
             items.append({"id": post_id, "error": why})
@@ -42,8 +40,7 @@ def assemble(lines: list[dict[str, Any]], status: str) -> tuple[str, dict[str, i
             items.append({"id": post_id, "error": f"the answer is not JSON: {content[:200]!r}"})
             continue
         items.append(_answer_for(post_id, parsed, content))
-    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1]} if answered else None
-    return json.dumps(items, ensure_ascii=False), usage
+    return json.dumps(items, ensure_ascii=False), used.words() if used is not None else None
 
 
 def _answer_for(post_id: str, parsed: Any, content: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from postledger.analysis import Analysis
+from postledger.guards.usage import openai_usage
 from postledger.upstreams.calls import Delivered, NoVerdict, NoVerdictReason, UpstreamFailed
 
 # Appended to the configured prompt: response_format asks for a JSON *object*, so the list of
@@ -65,19 +66,10 @@ def chat_body(
 
 def completion_result(body: Any) -> Delivered | UpstreamFailed | NoVerdict:
     """What a `chat.completion` says: its text (`choices[0].message.content`) as the output
-    with the usage in the ledger's words (input/output tokens); the upstream's answer with no
+    with the usage in the ledger's words (`postledger.guards.usage`); the upstream's answer with no
     text (a refusal, a cut-off), billed, with its usage; or no verdict when the body is not
     a completion at all."""
-    usage = None
-    raw_usage = body.get("usage") if isinstance(body, dict) else None
-    if isinstance(raw_usage, dict):
-        try:
-            usage = {
-                "input_tokens": int(raw_usage["prompt_tokens"]),
-                "output_tokens": int(raw_usage["completion_tokens"]),
-            }
-        except (KeyError, TypeError, ValueError):
-            usage = None
+    usage = openai_usage(body.get("usage") if isinstance(body, dict) else None)
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return NoVerdict(NoVerdictReason.NOT_THE_ANSWER, "the answer is not a chat completion")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,7 +39,8 @@ def postledger(
 def test_help_explains_every_command(tmp_path: Path) -> None:
     result = postledger("--help", cwd=tmp_path)
     assert result.returncode == 0
-    for command in ("run", "status", "approve", "breaker", "setup", "sample", "analysis", "sim"):
+    commands = ("run", "estimate", "status", "approve", "breaker", "setup", "sample", "analysis")
+    for command in (*commands, "sim"):
         assert command in result.stdout
     run = postledger("run", "--help", cwd=tmp_path)
     assert run.returncode == 0
@@ -88,6 +90,13 @@ def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
     (tmp_path / "data" / "posts").mkdir(parents=True)
     shutil.copy(SAMPLE, tmp_path / "data" / "posts" / "2026-10.jsonl")
 
+    # Before anything: the forecast, from the file alone, on the assumed constants.
+    ahead = postledger("estimate", "--month", "2026-10", cwd=tmp_path)
+    assert ahead.returncode == 0, ahead.stderr
+    assert "Left to send of 2026-10: 300 posts" in ahead.stdout
+    assert "assumed 4 characters a token" in one_line(ahead.stdout)
+    assert not (tmp_path / ".postledger").exists()  # it reads; it makes no ledger
+
     run = postledger(
         "run", "--month", "2026-10", "--latency", "0.1", cwd=tmp_path, fresh_prefect_home=True
     )
@@ -99,6 +108,8 @@ def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
     assert f"ledger: {(tmp_path / '.postledger' / 'ledger.db').resolve()}" in said
     assert "results: postledger report --month 2026-10" in said
     assert "this run: 300 completed, 0 failed; nothing is left" in said
+    # The plain progress lines say the spend so far against the month's forecast.
+    assert re.search(r"; spend 0\.\d{6} of 0\.\d{6} forecast", run.stdout), run.stdout
 
     status = postledger("status", "--month", "2026-10", "--json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr

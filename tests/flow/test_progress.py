@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from postledger.analysis import load_analysis
 from postledger.analysis.default import DEFAULT_INSTRUCTIONS
 from postledger.defaults import DEFAULT_PRICES
-from postledger.guards.spend import cost_of, estimate
+from postledger.guards.spend import cost_of
+from postledger.guards.usage import Usage
 from postledger.ledger import Ledger
-from postledger.record.models import Answer, PostStatus, Question, SpendState
+from postledger.record.models import Answer, PostStatus, Question
 from tests.support.commands import postledger
 from tests.support.months import MONTH, on_worker_server
 from tests.support.months import posts_file as write_posts
@@ -133,29 +133,6 @@ def test_artifacts_status_and_report_agree_with_the_ledger_and_call_nothing(
     assert header.startswith("id,status,category,sentiment,summary,failure_kind")
 
 
-# The OpenAI Batch API too: one upstream job carries the month's three batches, one request
-# line each, so the prompt is counted (and paid) once per batch, as the simulator charges it.
-@pytest.mark.on_postgres  # the spend booked and summed
-@pytest.mark.parametrize("kind", ["task_api", "openai_batch"])
-def test_spend_equals_the_simulators_usage(
-    prefect_harness: None, sim: Sim, ledger: Ledger, tmp_path: Path, kind: str
-) -> None:
-    from flows.monthly import monthly_posts
-
-    monthly_posts(month=MONTH, posts_path=str(posts_file(tmp_path, 60)))
-    rows = ledger.spend(MONTH)
-    charges = sim.charges()
-    assert {r.state for r in rows} == {SpendState.CONFIRMED} and len(rows) == 3  # a row a batch
-    assert len(charges) == (1 if kind == "openai_batch" else 3)  # one job, or a task a batch
-    assert sum(r.input_tokens or 0 for r in rows) == sum(c["input_tokens"] for c in charges)
-    assert sum(r.output_tokens or 0 for r in rows) == sum(c["output_tokens"] for c in charges)
-    charged = sum(cost_of(PRICE, c["input_tokens"], c["output_tokens"]) for c in charges)
-    # Each row is rounded up to the micro-unit on its own (a job's lines are billed as one).
-    assert charged <= sum(r.cost or 0 for r in rows) <= charged + len(rows) - len(charges)
-    # Each estimate, made before its call, did not fall short of what was charged.
-    assert all((r.estimated_cost or 0) >= (r.cost or 0) for r in rows)
-
-
 @pytest.mark.on_postgres  # a reader beside a writer
 @pytest.mark.processes  # runs postledger in other processes
 def test_status_looks_while_a_run_goes_on_in_another_process(
@@ -199,7 +176,7 @@ def actual_cost(posts: list[tuple[str, str]]) -> int:
     from simulator.model import count_tokens, write_output
 
     input_tokens = count_tokens(DEFAULT_INSTRUCTIONS) + sum(count_tokens(t) for _, t in posts)
-    return cost_of(PRICE, input_tokens, count_tokens(write_output(posts)))
+    return cost_of(PRICE, Usage(input_tokens, count_tokens(write_output(posts))))
 
 
 def wait_for_question(ledger: Ledger) -> Any:
@@ -214,7 +191,7 @@ def wait_for_question(ledger: Ledger) -> Any:
 
 @pytest.mark.on_postgres  # the budget read from the ledger
 @pytest.mark.parametrize("answer", [Answer.CONTINUE, Answer.STOP])
-def test_a_budget_pauses_the_run_before_it_is_crossed(
+def test_a_month_whose_forecast_crosses_its_budget_asks_before_its_first_batch(
     prefect_harness: None,
     sim: Sim,
     ledger: Ledger,
@@ -222,6 +199,8 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     monkeypatch: pytest.MonkeyPatch,
     answer: Answer,
 ) -> None:
+    from prefect.artifacts import Artifact
+
     from flows.dispatch import RunStopped
     from flows.monthly import monthly_posts
     from flows.resume import resume_run
@@ -229,31 +208,28 @@ def test_a_budget_pauses_the_run_before_it_is_crossed(
     monkeypatch.setenv("POSTLEDGER_MAX_BATCH_POSTS", "5")
     texts = [(f"s{i:03d}", f"Sync drops my notes, case {i}.") for i in range(40)]
     batches = [texts[i : i + 5] for i in range(0, 40, 5)]
-    # Just above the cost of half the month: what the first three cost, and what the fourth
-    # was estimated to cost before it was sent (an estimate errs high: it guards the budget).
-    max_cost = sum(actual_cost(b) for b in batches[:3])
-    max_cost += estimate(PRICE, load_analysis(None).request_text, [t for _, t in batches[3]])
-    assert sum(actual_cost(b) for b in batches[:4]) <= max_cost
+    max_cost = sum(actual_cost(b) for b in batches[:4])  # about half of what the month costs
     monkeypatch.setenv("POSTLEDGER_MAX_COST", str(max_cost))
 
     path = str(posts_file(tmp_path, 40))
     thread, outcome = in_background(lambda: monthly_posts(month=MONTH, posts_path=path))
     question = wait_for_question(ledger)
+    assert "the forecast for what is left" in question.question
     # The question is recorded before the run pauses: resumed only once it is paused.
     assert wait_for("Paused", lambda: flow_run_state(question.flow_run_id) == "PAUSED")
-    charged = sim.charges()
-    assert len(charged) == 4  # the fifth batch would have crossed the budget
-    assert sum(cost_of(PRICE, c["input_tokens"], c["output_tokens"]) for c in charged) <= max_cost
+    assert sim.charges() == [] and ledger.spend(MONTH) == []  # nothing sent while it asks
+    shown = Artifact.get(f"postledger-{MONTH}-forecast")
+    assert shown is not None and "40 posts in 8 batches" in str(shown.data)  # type: ignore[union-attr]
 
     resume_run(question, {"decision": answer.value, "note": ""})
     thread.join(60)
-    if answer is Answer.CONTINUE:
+    if answer is Answer.CONTINUE:  # for the rest of the month: no batch is held after
         assert "result" in outcome, outcome.get("error")
         assert {p.status for p in ledger.posts(MONTH)} == {PostStatus.COMPLETED}
         assert len(sim.charges()) == 8
+        assert [q.kind for q in ledger.approvals.approvals(MONTH)] == [Question.BUDGET]
     else:
         assert isinstance(outcome.get("error"), RunStopped)
-        assert "budget" in str(outcome["error"])
-        assert len(sim.charges()) == 4  # nothing charged beyond the budget
-        counts = ledger.counts(MONTH)
-        assert (counts[PostStatus.COMPLETED], counts[PostStatus.PENDING]) == (20, 20)
+        assert "budget" in str(outcome["error"]) and "nothing was sent" in str(outcome["error"])
+        assert sim.charges() == []
+        assert ledger.counts(MONTH)[PostStatus.PENDING] == 40

@@ -78,7 +78,7 @@ from postledger.record.models import (
 )
 from postledger.recovery.interrupted import adopt_orphans, finish_saved_outputs, import_spill
 from postledger.recovery.steps import RecoveryAction, recovery_plan
-from postledger.settings import Settings, UpstreamKind
+from postledger.settings import BATCH_DISCOUNT_PERCENT, Settings, UpstreamKind
 from postledger.trip import (
     BatchOutcome,
     HeldByBreaker,
@@ -254,7 +254,12 @@ class MoneyModel(RuleBasedStateMachine):
                 posts.append(Post(id=f"{month}-long", text="x" * (MAX_CHARS + 1), line=size + 1))
             self.posts[month] = posts
         sendable = [p.text for m in MONTHS for p in self.posts[m] if len(p.text) <= MAX_CHARS]
-        biggest = estimate(PRICE, ANALYSIS.request_text, sorted(sendable, key=len)[-MAX_POSTS:])
+        # What a batch costs on this kind: a Batch API's at its discount (`Settings.price`).
+        discount = BATCH_DISCOUNT_PERCENT if UpstreamKind(kind.value).batch_api else 0
+        self.price = PRICE.model_copy(update={"discount_percent": discount})
+        biggest = estimate(
+            self.price, ANALYSIS.request_text, sorted(sendable, key=len)[-MAX_POSTS:]
+        )
         self.max_cost = budget_batches * biggest if budget_batches is not None else None
         self.settings = Settings(
             upstream_kind=UpstreamKind(kind.value),
@@ -283,7 +288,7 @@ class MoneyModel(RuleBasedStateMachine):
         self.upstream = ModelUpstream(
             kind,
             honour_keys=self.honour,
-            price=PRICE,
+            price=self.price,
             request_text=ANALYSIS.request_text,
             clock=self.clock,
             batch_of_key=self.batch_of_key,
@@ -545,7 +550,7 @@ class MoneyModel(RuleBasedStateMachine):
         ends: list[Outcome] | None = None,
     ) -> None:
         month, ledger = run.month, self.ledger
-        import_spill(ledger, Spill(self.settings.spill_file(month)), PRICE)
+        import_spill(ledger, Spill(self.settings.spill_file(month)), self.price)
         ledger.sync_posts(month, self.posts[month], model=MODEL, analysis=ANALYSIS)
         ledger.close_emptied(month)
         finish_saved_outputs(ledger, month, ANALYSIS, self.settings.limits())

@@ -110,7 +110,8 @@ def test_a_batch_the_budget_holds_back_stops_the_job_there(planned: Ledger) -> N
     texts = [p.text for p in planned.posts(MONTH)]
     # Enough for three batches' estimates, not four.
     request_text = asked().request_text
-    three = sum(estimate(PRICE, request_text, texts[5 * n : 5 * n + 5]) for n in range(3))
+    at_half = PRICE.model_copy(update={"discount_percent": 50})  # the Batch API's price
+    three = sum(estimate(at_half, request_text, texts[5 * n : 5 * n + 5]) for n in range(3))
     marked, not_started = submission(planned, max_cost=three + 1).mark(ids, holder=None)
     assert [b.batch_id for b in marked] == ids[:3]
     assert isinstance(not_started, OverBudget) and not_started.batch_id == ids[3]

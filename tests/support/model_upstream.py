@@ -26,6 +26,7 @@ import httpx
 
 from postledger.defaults import Price
 from postledger.guards.spend import OUTPUT_TOKENS_PER_POST, cost_of, tokens_of
+from postledger.guards.usage import Usage
 from postledger.upstreams.anthropic_batch_match import batch_of_line
 from postledger.upstreams.anthropic_protocol import TOOL_NAME
 from tests.support.trip_port import FakeClock
@@ -620,11 +621,11 @@ class ModelUpstream:
 
     def _cost(self, posts: list[tuple[str, str]]) -> int:
         usage = self._usage(posts)
-        return cost_of(self.price, usage["input_tokens"], usage["output_tokens"])
+        return cost_of(self.price, Usage(usage["input_tokens"], usage["output_tokens"]))
 
     def _estimate(self, posts: list[tuple[str, str]]) -> int:
         tokens = tokens_of(len(self.request_text)) + sum(tokens_of(len(t)) for _, t in posts)
-        return cost_of(self.price, tokens, OUTPUT_TOKENS_PER_POST * len(posts))
+        return cost_of(self.price, Usage(tokens, OUTPUT_TOKENS_PER_POST * len(posts)))
 
     def _items(self, line: Line) -> Any:
         if line.outcome is Outcome.UNUSABLE:

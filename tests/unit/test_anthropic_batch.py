@@ -83,7 +83,12 @@ def test_a_succeeded_result_is_the_answer_read_at_the_documented_path(base: str)
     snapshot, asked = snapshot_of(base, result, url)
     assert isinstance(snapshot, Delivered)
     assert json.loads(snapshot.output) == RESULTS
-    assert snapshot.usage == {"input_tokens": 100, "output_tokens": 40}
+    assert snapshot.usage == {
+        "input_tokens": 100,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": 40,
+    }
     assert asked[-1] == url  # whatever the configured base's form
 
 

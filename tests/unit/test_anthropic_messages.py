@@ -65,7 +65,9 @@ def test_the_request_names_the_version_carries_the_key_in_its_header_and_forces_
     body = json.loads(request.content)
     assert body["tool_choice"] == {"type": "tool", "name": TOOL_NAME}
     assert [tool["name"] for tool in body["tools"]] == [TOOL_NAME]
-    assert body["max_tokens"] == 4096 and "Analyse." in body["system"]
+    assert body["max_tokens"] == 4096
+    (system,) = body["system"]  # one block: the instructions, the cache's breakpoint
+    assert "Analyse." in system["text"] and system["cache_control"] == {"type": "ephemeral"}
     assert [m["role"] for m in body["messages"]] == ["user"]  # no "system" role
     assert created.task_id is None and isinstance(created.finished, Delivered)
     assert json.loads(created.finished.output) == RESULTS
@@ -83,11 +85,16 @@ def test_a_base_url_with_or_without_v1_reaches_v1_messages(base: str) -> None:
     assert paths[0].endswith("/v1/messages") and "/v1/v1/" not in paths[0]
 
 
-def test_cached_input_tokens_count_as_input() -> None:
+def test_cache_reads_and_writes_are_counted_apart_from_fresh_input() -> None:
     body = message([tool_call(RESULTS)], cache_creation_input_tokens=7, cache_read_input_tokens=3)
     answer = message_result(body)
     assert isinstance(answer, Delivered)
-    assert answer.usage == {"input_tokens": 110, "output_tokens": 40}
+    assert answer.usage == {
+        "input_tokens": 100,
+        "cached_input_tokens": 3,
+        "cache_write_tokens": 7,
+        "output_tokens": 40,
+    }
 
 
 def test_a_text_answer_is_the_output_to_check_and_an_empty_one_says_why() -> None:

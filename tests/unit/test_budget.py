@@ -29,9 +29,10 @@ from postledger.guards.spend import (
     money,
     tokens_of,
     unpriced_budget,
-    usage_tokens,
 )
+from postledger.guards.usage import Usage, anthropic_usage, openai_usage, usage_of
 from postledger.record.models import FailureKind, SpendRecord, SpendState
+from postledger.settings import Settings, UpstreamKind
 
 # Examples are cheap; no deadline and no example database: the machine is shared, and
 # nothing is written outside the test run.
@@ -40,13 +41,6 @@ QUICK = settings(
 )
 
 PRICE = Price(input=150_000, output=600_000)  # $0.15 / $0.60 per million tokens
-
-prices = st.builds(
-    Price,
-    input=st.integers(min_value=0, max_value=100_000_000),
-    output=st.integers(min_value=0, max_value=100_000_000),
-)
-
 
 # --- tokens and costs -------------------------------------------------------------------------
 
@@ -70,24 +64,60 @@ def test_characters_become_tokens_rounded_up(chars: int, tokens: int) -> None:
 def test_a_usage_costs_its_tokens_at_the_price_rounded_up_to_the_micro_unit(
     input_tokens: int, output_tokens: int, cost: int
 ) -> None:
-    assert cost_of(PRICE, input_tokens, output_tokens) == cost
+    assert cost_of(PRICE, Usage(input_tokens, output_tokens)) == cost
+
+
+prices = st.builds(
+    Price,
+    input=st.integers(min_value=0, max_value=100_000_000),
+    output=st.integers(min_value=0, max_value=100_000_000),
+    cached_input=st.none() | st.integers(min_value=0, max_value=100_000_000),
+    cache_write=st.none() | st.integers(min_value=0, max_value=100_000_000),
+    discount_percent=st.integers(0, 100),
+)
+usages = st.builds(
+    Usage,
+    st.integers(0, 10**9),
+    st.integers(0, 10**9),
+    st.integers(0, 10**9),
+    st.integers(0, 10**9),
+)
 
 
 @QUICK
-@given(prices, st.integers(0, 10**9), st.integers(0, 10**9))
+@given(prices, usages)
 def test_a_cost_is_an_integer_never_below_the_exact_price_and_less_than_a_micro_unit_above(
-    price: Price, input_tokens: int, output_tokens: int
+    price: Price, usage: Usage
 ) -> None:
-    cost = cost_of(price, input_tokens, output_tokens)
-    exact = Fraction(input_tokens * price.input + output_tokens * price.output, 1_000_000)
+    cost = cost_of(price, usage)
+    cached = price.input if price.cached_input is None else price.cached_input
+    written = price.input if price.cache_write is None else price.cache_write
+    listed = (
+        usage.input * price.input
+        + usage.cached_input * cached
+        + usage.cache_write * written
+        + usage.output * price.output
+    )
+    exact = Fraction(listed, 1_000_000) * Fraction(100 - price.discount_percent, 100)
     assert isinstance(cost, int)
     assert exact <= cost < exact + 1
+
+
+def test_each_class_of_token_is_billed_at_its_rate_and_the_discount_comes_off_all() -> None:
+    price = DEFAULT_PRICES["sim-analyst-1"]  # 0.15 in, 0.015 cached, 0.1875 written, 0.60 out
+    usage = Usage(input=1_000_000, output=1_000_000, cached_input=1_000_000, cache_write=1_000_000)
+    assert cost_of(price, usage) == 150_000 + 600_000 + 15_000 + 187_500
+    half = price.model_copy(update={"discount_percent": 50})
+    assert cost_of(half, usage) == (150_000 + 600_000 + 15_000 + 187_500) // 2
+    assert cost_of(half, Usage(1, 0)) == 1  # 0.075 micro-units: rounded up once, at the end
+    # A table without cache rates (written before they existed) bills cached input as input.
+    assert cost_of(PRICE, Usage(0, 0, cached_input=1_000_000)) == 150_000
 
 
 def test_a_batch_estimate_counts_the_prompt_every_text_and_a_typical_answer_per_post() -> None:
     texts = ["a" * 10, "b" * 3]  # 3 + 1 tokens, rounded up per text
     input_tokens = tokens_of(len("prompt!")) + 3 + 1
-    expected = cost_of(PRICE, input_tokens, OUTPUT_TOKENS_PER_POST * 2)
+    expected = cost_of(PRICE, Usage(input_tokens, OUTPUT_TOKENS_PER_POST * 2))
     assert estimate(PRICE, "prompt!", texts) == expected
 
 
@@ -102,30 +132,69 @@ def test_an_estimate_never_falls_short_and_grows_with_every_post(
         Fraction(chars, CHARS_PER_TOKEN) * price.input
         + OUTPUT_TOKENS_PER_POST * len(texts) * price.output,
         1_000_000,
-    )
+    ) * Fraction(100 - price.discount_percent, 100)
     assert isinstance(cost, int)
     assert cost >= floor
     assert estimate(price, prompt, [*texts, extra]) >= cost
 
 
 @pytest.mark.parametrize(
-    ("usage", "tokens"),
+    ("usage", "used"),
     [
-        ({"input_tokens": 10, "output_tokens": 5}, (10, 5)),
-        ({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}, (7, 3)),
-        ({"input_tokens": "12", "output_tokens": 4}, (12, 4)),
+        ({"input_tokens": 10, "output_tokens": 5}, Usage(10, 5)),  # saved before cache classes
+        (
+            {
+                "input_tokens": 3,
+                "cached_input_tokens": 7,
+                "cache_write_tokens": 2,
+                "output_tokens": 5,
+            },
+            Usage(3, 5, cached_input=7, cache_write=2),
+        ),
+        ({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}, Usage(7, 3)),
+        (
+            {
+                "prompt_tokens": 2000,
+                "completion_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 1152},
+            },
+            Usage(848, 3, cached_input=1152),
+        ),
+        ({"input_tokens": "12", "output_tokens": 4}, Usage(12, 4)),
         ({"input_tokens": 1}, None),
         ({"input_tokens": "x", "output_tokens": 1}, None),
         ({"input_tokens": -5, "output_tokens": 10}, None),  # no usage: never a negative cost
+        ({"input_tokens": 5, "cached_input_tokens": -1, "output_tokens": 10}, None),
         ({"prompt_tokens": 5, "completion_tokens": -1}, None),
         ({}, None),
         (None, None),
     ],
 )
-def test_an_upstreams_usage_is_read_in_the_names_services_use(
-    usage: dict[str, object] | None, tokens: tuple[int, int] | None
+def test_a_usage_is_read_by_class_of_token(
+    usage: dict[str, object] | None, used: Usage | None
 ) -> None:
-    assert usage_tokens(usage) == tokens
+    assert usage_of(usage) == used
+
+
+def test_each_provider_says_its_cached_tokens_in_its_own_way() -> None:
+    # OpenAI counts them inside prompt_tokens; Anthropic apart from input_tokens.
+    openai = {
+        "prompt_tokens": 1500,
+        "completion_tokens": 40,
+        "prompt_tokens_details": {"cached_tokens": 1152},
+    }
+    assert usage_of(openai_usage(openai)) == Usage(348, 40, cached_input=1152)
+    assert usage_of(openai_usage({**openai, "prompt_tokens_details": None})) == Usage(1500, 40)
+    anthropic = {
+        "input_tokens": 300,
+        "output_tokens": 40,
+        "cache_read_input_tokens": 1200,
+        "cache_creation_input_tokens": 0,
+    }
+    assert usage_of(anthropic_usage(anthropic)) == Usage(300, 40, cached_input=1200)
+    written = {**anthropic, "cache_read_input_tokens": None, "cache_creation_input_tokens": 1200}
+    assert usage_of(anthropic_usage(written)) == Usage(300, 40, cache_write=1200)
+    assert anthropic_usage({"input_tokens": 1}) is None and openai_usage("x") is None
 
 
 # --- money shown exactly --------------------------------------------------------------------------
@@ -165,7 +234,37 @@ def test_a_price_is_never_negative_and_has_nothing_unknown(fields: dict[str, int
 
 
 def test_the_simulators_model_has_a_price_so_a_budget_can_apply_to_it() -> None:
-    assert DEFAULT_PRICES["sim-analyst-1"] == PRICE
+    # The simulator bills these rates (its own table, `simulator.billing`): spend is its bill.
+    assert DEFAULT_PRICES["sim-analyst-1"] == Price(
+        input=150_000, output=600_000, cached_input=15_000, cache_write=187_500
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "discount"),
+    [
+        (UpstreamKind.TASK_API, 0),
+        (UpstreamKind.OPENAI_CHAT, 0),
+        (UpstreamKind.ANTHROPIC_MESSAGES, 0),
+        (UpstreamKind.OPENAI_BATCH, 50),
+        (UpstreamKind.ANTHROPIC_BATCH, 50),
+    ],
+)
+def test_a_batch_api_takes_its_discount_off_the_default_table(
+    kind: UpstreamKind, discount: int
+) -> None:
+    settings = Settings(upstream_kind=kind, model="sim-analyst-1")
+    price = settings.price()
+    assert price is not None and price.discount_percent == discount
+    assert price.input == 150_000  # the table keeps list prices: the kind takes the discount
+    overridden = Settings(upstream_kind=kind, model="sim-analyst-1", batch_discount=10).price()
+    assert overridden is not None and overridden.discount_percent == (10 if discount else 0)
+    # A model whose table entry sets its own discount keeps it on every kind.
+    own = {"m": Price(input=1, output=1, discount_percent=20)}
+    priced = Settings(upstream_kind=kind, model="m", prices=own).price()
+    assert priced is not None and priced.discount_percent == 20
+    # The sibling's price, asked for by kind (the forecast's "on the other way in").
+    assert settings.price(UpstreamKind.OPENAI_BATCH).discount_percent == 50  # type: ignore[union-attr]
 
 
 def test_a_budget_without_a_price_says_how_to_add_one() -> None:
@@ -214,6 +313,8 @@ def test_the_months_spend_keeps_confirmed_possible_and_wasted_money_apart() -> N
         "refunded_submissions": 1,
         "input_tokens": 500,
         "output_tokens": 120,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
     }
 
 
@@ -226,6 +327,8 @@ def test_an_empty_month_has_spent_nothing() -> None:
         "refunded_submissions": 0,
         "input_tokens": 0,
         "output_tokens": 0,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
     }
 
 

@@ -32,7 +32,12 @@ def errored(code: str, status_code: int | None = None) -> dict[str, Any]:
 def test_the_answered_line_is_the_batch_output_with_its_usage() -> None:
     got = line_result([answered(GOOD)], "completed")
     assert isinstance(got, Delivered) and json.loads(got.output) == GOOD
-    assert got.usage == {"input_tokens": 10, "output_tokens": 5}
+    assert got.usage == {
+        "input_tokens": 10,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": 5,
+    }
 
 
 def test_a_request_that_failed_upstream_is_taken_as_billed() -> None:
@@ -70,7 +75,12 @@ def test_a_completion_with_no_text_is_the_upstreams_billed_answer_with_its_usage
     line = {"custom_id": "2026-10-b0001", "response": {"status_code": 200, "body": body}}
     got = line_result([line], "completed")
     assert isinstance(got, UpstreamFailed) and got.billed
-    assert got.usage == {"input_tokens": 10, "output_tokens": 1}
+    assert got.usage == {
+        "input_tokens": 10,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": 1,
+    }
 
 
 def test_a_batch_made_before_one_line_per_batch_is_read_a_line_per_post() -> None:
@@ -98,4 +108,9 @@ def test_a_batch_made_before_one_line_per_batch_is_read_a_line_per_post() -> Non
     assert "names post 'c'" in items["b"]["error"]
     assert "not one item" in items["d"]["error"]
     assert "server_error" in items["e"]["error"]
-    assert got.usage == {"input_tokens": 40, "output_tokens": 20}
+    assert got.usage == {
+        "input_tokens": 40,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": 20,
+    }
