@@ -36,6 +36,7 @@ def main() -> int:
     parser.add_argument("--kinds", nargs="+", default=KINDS)
     parser.add_argument("--latency", type=float, default=0.05, help="the simulator's, in s")
     parser.add_argument("--instructions-tokens", type=int, default=2000)
+    parser.add_argument("--cache-posts", type=int, default=300, help="0: no cache months")
     args = parser.parse_args()
 
     work = isolated_workdir("postledger-forecast-")
@@ -61,7 +62,9 @@ def main() -> int:
                 f"{row['short']:>10s}",
                 flush=True,
             )
-    print(f"\ninstructions of ~{args.instructions_tokens} tokens, {args.counts[0]} posts:")
+    if not args.cache_posts:
+        return 0
+    print(f"\ninstructions of ~{args.instructions_tokens} tokens, {args.cache_posts} posts:")
     header = f"{'kind':20s} {'with cache':>11s} {'all fresh':>11s} {'saved':>7s}"
     print(f"{header} {'read':>9s} {'written':>9s}")
     taxonomy = _taxonomy(args.instructions_tokens)
@@ -70,7 +73,7 @@ def main() -> int:
         saved = _cache_saving(
             project,
             {**env, "POSTLEDGER_UPSTREAM_KIND": kind, "POSTLEDGER_PROMPT": taxonomy},
-            args.counts[0],
+            args.cache_posts,
             args.latency,
         )
         print(
