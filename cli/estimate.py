@@ -6,12 +6,15 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from cli.shared import MonthOption, checked_month, err, load_settings, out
+
+if TYPE_CHECKING:
+    from postledger.record.plain import Reader
 
 
 def estimate(
@@ -60,14 +63,12 @@ def estimate(
         out.print(escape(line), soft_wrap=True, highlight=False)
 
 
-def _sizes(reader: object, month: str, path: Path | None) -> Iterator[tuple[str, int]]:
+def _sizes(reader: Reader | None, month: str, path: Path | None) -> Iterator[tuple[str, int]]:
     """The posts still to send (id, characters): the file's, less those the ledger has sent
     or finished; with no file, the ledger's."""
     from postledger.batches.posts import check_posts, read_posts
     from postledger.record.history import left_sizes, post_states
-    from postledger.record.plain import Reader
 
-    assert reader is None or isinstance(reader, Reader)
     if path is None:
         yield from left_sizes(reader, month) if reader is not None else []
         return

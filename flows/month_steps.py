@@ -22,6 +22,7 @@ from flows.limits import ensure_tag_limit
 from flows.local_server import LOCAL_SERVER_FLAG
 from flows.recover import Recovered
 from flows.slots import free_stale_slots
+from postledger.errors import PostledgerError
 from postledger.ledger import Answer, BatchStatus, Ledger, LedgerUnavailable, Question
 from postledger.preflight import CheckedPosts, finish_saved_outputs, import_spills, read_posts
 from postledger.progress import (
@@ -121,7 +122,11 @@ def forecast_the_month(run: MonthRun) -> str | None:
     a forecast past the month's budget asks a person first, not halfway through. Why the
     month stops here, if it does."""
     month, settings = run.month, run.settings
-    forecast = ledger_forecast(run.ledger_url, month, settings)
+    try:
+        forecast = ledger_forecast(run.ledger_url, month, settings)
+    except PostledgerError as exc:  # the budget is still checked as each batch starts
+        get_run_logger().warning("%s: no forecast: %s", month, exc)
+        return None
     create_markdown_artifact(
         forecast_markdown(forecast),
         key=artifact_key(month, "forecast"),
