@@ -168,8 +168,11 @@ def ask_about_budget(
     settings: Settings,
     why: str,
     on_asked: Callable[[], None] | None = None,
+    *,
+    before_sending: bool = False,
 ) -> Answer:
-    """The next batch could cross the month's budget: pause until a person says go on (for
+    """The next batch could cross the month's budget (or, `before_sending`, the month's
+    forecast does, before this run sends anything): pause until a person says go on (for
     the rest of this month) or stop."""
     get_run_logger().warning(
         "%s: %s. Nothing more is sent until a person answers: %s",
@@ -183,7 +186,12 @@ def ask_about_budget(
         [
             f"## {month}: the budget would be crossed",
             "",
-            f"{why}. Every batch already sent has come back and is saved.",
+            f"{why}. "
+            + (
+                "This run has sent nothing yet."
+                if before_sending
+                else "Every batch already sent has come back and is saved."
+            ),
             "",
             f"{counts[PostStatus.COMPLETED]} posts completed, {counts[PostStatus.FAILED]} "
             "failed; the rest are not sent yet.",

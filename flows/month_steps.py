@@ -140,12 +140,15 @@ def forecast_the_month(run: MonthRun) -> str | None:
         forecast.work.batches,
         cost,
     )
-    if not forecast.crosses_budget() or _budget_approved(run.ledger, month):
-        return None
-    answer = ask_about_budget(run.ledger, month, settings, over_budget(forecast))
+    if not forecast.cost or not forecast.crosses_budget() or _budget_approved(run.ledger, month):
+        return None  # nothing left to pay for, within the budget, or already agreed to
+    answer = ask_about_budget(
+        run.ledger, month, settings, over_budget(forecast), before_sending=True
+    )
     if answer is Answer.CONTINUE:
         return None
-    return f"{over_budget(forecast)}, and nobody said go on ({answer.value})"
+    said = "nobody answered in time" if answer is Answer.TIMED_OUT else "a person said stop"
+    return f"{over_budget(forecast)}, and {said}"
 
 
 def _budget_approved(ledger: Ledger, month: str) -> bool:

@@ -61,8 +61,9 @@ class Price(BaseModel):
     """One model's list price per million tokens, in micro-units, by class of token: input
     read fresh, input read from the provider's prompt cache, input written to it, output.
     A class left out is billed as fresh input (an older table, or a provider without it).
-    `discount_percent` comes off every class: a Batch API's half price is the kind's
-    (`Settings.price`), not something to work into the table by hand."""
+    `discount_percent` comes off every class. Left unset (None), it is the kind's: a Batch
+    API's half price (`Settings.price`), not something to work into the table by hand; a
+    table entry that sets it keeps it on every kind."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -70,7 +71,13 @@ class Price(BaseModel):
     output: int = Field(ge=0)
     cached_input: int | None = Field(default=None, ge=0)
     cache_write: int | None = Field(default=None, ge=0)
-    discount_percent: int = Field(default=0, ge=0, le=100)
+    # None, not 0, when unset: a Prefect block saves every field, and a 0 read back from one
+    # must not pass for a choice the user made.
+    discount_percent: int | None = Field(default=None, ge=0, le=100)
+
+    def discount(self) -> int:
+        """The percent that comes off (none until the kind's is set)."""
+        return self.discount_percent or 0
 
     def cached_input_rate(self) -> int:
         return self.input if self.cached_input is None else self.cached_input

@@ -285,7 +285,7 @@ class Settings(BaseSettings):
         table price, with a Batch API's discount unless the table sets one for the model.
         None if the table has no price for it."""
         listed = self.prices.get(self.model)
-        if listed is None or "discount_percent" in listed.model_fields_set:
+        if listed is None or listed.discount_percent is not None:
             return listed
         kind = kind or self.upstream_kind
         discount = self.batch_discount if kind.batch_api else 0

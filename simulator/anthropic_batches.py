@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -191,6 +193,13 @@ async def _run_in_turns(state: AnthropicBatchState, batch: MessageBatch, body: C
         body.discard()
 
 
+def _said_if_failed(work: asyncio.Task[None]) -> None:
+    """A batch whose requests could not all be run never ends: say why, at once, rather
+    than when the task is collected."""
+    if not work.cancelled() and (exc := work.exception()) is not None:
+        traceback.print_exception(exc, file=sys.stderr)
+
+
 def _batch_again(state: AnthropicBatchState, body: CreateBody) -> Made:
     """A gateway's extra attempt: another Message Batch, each of its requests charged."""
     batch = _new_batch(state, body)
@@ -252,6 +261,7 @@ def _add_create_route(app: FastAPI, state: AnthropicBatchState) -> None:
                 work = asyncio.create_task(_run_in_turns(state, batch, body))
                 state.running.add(work)
                 work.add_done_callback(state.running.discard)
+                work.add_done_callback(_said_if_failed)
                 handed_over = True
                 return batch_body(state, batch, root_of(request))
             _run_now(state, batch, body)

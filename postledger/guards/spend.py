@@ -36,14 +36,21 @@ def cost_of(price: Price, usage: Usage) -> int:
         + usage.cache_write * price.cache_write_rate()
         + usage.output * price.output
     )
-    return -(-listed * (100 - price.discount_percent) // (100 * PER_MILLION))
+    return -(-listed * (100 - price.discount()) // (100 * PER_MILLION))
 
 
 def estimate(price: Price, prompt: str, texts: Sequence[str]) -> int:
-    """A batch's cost before it is sent: its input, and a typical answer per post."""
+    """A batch's cost before it is sent: its input, and a typical answer per post. The
+    instructions are priced as a cache write where that costs more than fresh input (an
+    Anthropic request marks them for the cache): the estimate guards the budget, and must
+    not fall short of the first batch that writes them."""
     # Rounded up per text, as tokenizers count: the estimate should not fall short.
-    input_tokens = tokens_of(len(prompt)) + sum(tokens_of(len(t)) for t in texts)
-    return cost_of(price, Usage(input_tokens, OUTPUT_TOKENS_PER_POST * len(texts)))
+    instructions = tokens_of(len(prompt))
+    posts = sum(tokens_of(len(t)) for t in texts)
+    output = OUTPUT_TOKENS_PER_POST * len(texts)
+    if price.cache_write_rate() > price.input:
+        return cost_of(price, Usage(posts, output, cache_write=instructions))
+    return cost_of(price, Usage(instructions + posts, output))
 
 
 def money(micro: int) -> str:

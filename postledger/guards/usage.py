@@ -56,7 +56,8 @@ def usage_of(words: Mapping[str, Any] | None) -> Usage | None:
     try:
         usage = Usage(
             input=int(words["input_tokens"]),
-            output=int(words["output_tokens"]),
+            # A usage naming its output the other way, as before the cache classes.
+            output=int(_first(words, "output_tokens", "completion_tokens")),
             cached_input=int(words.get("cached_input_tokens") or 0),
             cache_write=int(words.get("cache_write_tokens") or 0),
         )
@@ -73,7 +74,8 @@ def openai_usage(raw: Any) -> dict[str, int] | None:
     if not isinstance(raw, dict):
         return None
     try:
-        prompt, output = int(raw["prompt_tokens"]), int(raw["completion_tokens"])
+        prompt = int(raw["prompt_tokens"])
+        output = int(_first(raw, "completion_tokens", "output_tokens"))
         details = raw.get("prompt_tokens_details")
         cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
     except (KeyError, TypeError, ValueError):
@@ -96,3 +98,11 @@ def anthropic_usage(raw: Any) -> dict[str, int] | None:
         ).words()
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _first(words: Mapping[str, Any], *names: str) -> Any:
+    """The value of the first of `names` that `words` has (KeyError: none)."""
+    for name in names:
+        if name in words:
+            return words[name]
+    raise KeyError(names[0])

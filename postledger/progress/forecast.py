@@ -202,7 +202,7 @@ def month_forecast(
     for each in kinds:
         price = settings.price(each)
         cost = None if price is None else cost_of(price, usage)
-        costs.append(KindCost(each, cost, price.discount_percent if price else 0))
+        costs.append(KindCost(each, cost, price.discount() if price else 0))
     return Forecast(
         month=month,
         work=work,

@@ -73,7 +73,7 @@ prices = st.builds(
     output=st.integers(min_value=0, max_value=100_000_000),
     cached_input=st.none() | st.integers(min_value=0, max_value=100_000_000),
     cache_write=st.none() | st.integers(min_value=0, max_value=100_000_000),
-    discount_percent=st.integers(0, 100),
+    discount_percent=st.none() | st.integers(0, 100),
 )
 usages = st.builds(
     Usage,
@@ -98,7 +98,7 @@ def test_a_cost_is_an_integer_never_below_the_exact_price_and_less_than_a_micro_
         + usage.cache_write * written
         + usage.output * price.output
     )
-    exact = Fraction(listed, 1_000_000) * Fraction(100 - price.discount_percent, 100)
+    exact = Fraction(listed, 1_000_000) * Fraction(100 - (price.discount_percent or 0), 100)
     assert isinstance(cost, int)
     assert exact <= cost < exact + 1
 
@@ -121,6 +121,15 @@ def test_a_batch_estimate_counts_the_prompt_every_text_and_a_typical_answer_per_
     assert estimate(PRICE, "prompt!", texts) == expected
 
 
+def test_an_estimate_prices_the_instructions_as_a_cache_write_where_that_costs_more() -> None:
+    # The first batch of a month on Anthropic writes its instructions to the cache, at 1.25x.
+    price = DEFAULT_PRICES["sim-analyst-1"]
+    prompt, texts = "p" * 4_000, ["a" * 40]
+    written = Usage(10, OUTPUT_TOKENS_PER_POST, cache_write=1_000)
+    assert estimate(price, prompt, texts) == cost_of(price, written)
+    assert estimate(PRICE, prompt, texts) == cost_of(PRICE, Usage(1_010, OUTPUT_TOKENS_PER_POST))
+
+
 @QUICK
 @given(prices, st.text(max_size=50), st.lists(st.text(max_size=200), max_size=25), st.text())
 def test_an_estimate_never_falls_short_and_grows_with_every_post(
@@ -132,7 +141,7 @@ def test_an_estimate_never_falls_short_and_grows_with_every_post(
         Fraction(chars, CHARS_PER_TOKEN) * price.input
         + OUTPUT_TOKENS_PER_POST * len(texts) * price.output,
         1_000_000,
-    ) * Fraction(100 - price.discount_percent, 100)
+    ) * Fraction(100 - (price.discount_percent or 0), 100)
     assert isinstance(cost, int)
     assert cost >= floor
     assert estimate(price, prompt, [*texts, extra]) >= cost
@@ -161,6 +170,8 @@ def test_an_estimate_never_falls_short_and_grows_with_every_post(
             Usage(848, 3, cached_input=1152),
         ),
         ({"input_tokens": "12", "output_tokens": 4}, Usage(12, 4)),
+        ({"input_tokens": 9, "completion_tokens": 4}, Usage(9, 4)),  # names mixed, as before
+        ({"prompt_tokens": 9, "output_tokens": 4}, Usage(9, 4)),
         ({"input_tokens": 1}, None),
         ({"input_tokens": "x", "output_tokens": 1}, None),
         ({"input_tokens": -5, "output_tokens": 10}, None),  # no usage: never a negative cost
@@ -263,6 +274,11 @@ def test_a_batch_api_takes_its_discount_off_the_default_table(
     own = {"m": Price(input=1, output=1, discount_percent=20)}
     priced = Settings(upstream_kind=kind, model="m", prices=own).price()
     assert priced is not None and priced.discount_percent == 20
+    # A table read back from a Prefect block has every field set: its unset discount is
+    # None, not 0, and the kind's still applies.
+    saved = Price.model_validate(DEFAULT_PRICES["sim-analyst-1"].model_dump())
+    from_block = Settings(upstream_kind=kind, model="m", prices={"m": saved}).price()
+    assert from_block is not None and from_block.discount() == discount
     # The sibling's price, asked for by kind (the forecast's "on the other way in").
     assert settings.price(UpstreamKind.OPENAI_BATCH).discount_percent == 50  # type: ignore[union-attr]
 
