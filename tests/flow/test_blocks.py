@@ -51,7 +51,10 @@ def test_blocks_fill_the_settings_and_the_environment_fills_the_rest(
     assert settings.api_key.get_secret_value() == "fake-key-block-secret"
     assert (settings.model, settings.upstream_idempotent) == ("block-model", False)
     assert settings.upstream_kind is UpstreamKind.OPENAI_CHAT
-    assert settings.price() == Price(input=1, output=2)
+    assert settings.price() == Price(input=1, output=2, discount_percent=0)  # chat: list price
+    # Saved whole by the block, the price's unset discount is still the kind's on a Batch API.
+    at_batch = settings.price(UpstreamKind.OPENAI_BATCH)
+    assert at_batch is not None and at_batch.discount() == 50
     assert settings.database_url == "postgresql+psycopg://u:pw-secret@db/ledger"
     assert (settings.max_cost, settings.max_attempts) == (123, 7)
     assert (settings.connect_timeout, settings.task_deadline) == (7, 90000)
