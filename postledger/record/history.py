@@ -34,11 +34,8 @@ class UsageSeen:
 
 def usage_seen(reader: Reader, upstream: str | None = None) -> UsageSeen:
     """Every month's confirmed usage of completed batches (sent to `upstream` if given)."""
-    where = "b.status IN (?) AND s.state = ? AND s.input_tokens IS NOT NULL"
-    params: list[object] = [BatchStatus.COMPLETED.name, SpendState.CONFIRMED.name]
-    if upstream is not None:
-        where += " AND b.upstream = ?"
-        params.append(upstream)
+    where, params = _confirmed("b.status IN (?) AND s.input_tokens IS NOT NULL", upstream)
+    params.insert(0, BatchStatus.COMPLETED.name)
     tokens = reader.one(
         "SELECT count(DISTINCT b.batch_id), sum(s.input_tokens),"
         " sum(coalesce(s.cached_input_tokens, 0)), sum(coalesce(s.cache_write_tokens, 0)),"
@@ -80,11 +77,7 @@ class Shortfalls:
 
 def shortfalls(reader: Reader, upstream: str | None = None) -> Shortfalls:
     """Every confirmed charge's estimate against its cost (sent to `upstream` if given)."""
-    where = "s.state = ? AND s.cost IS NOT NULL AND s.estimated_cost IS NOT NULL"
-    params: list[object] = [SpendState.CONFIRMED.name]
-    if upstream is not None:
-        where += " AND b.upstream = ?"
-        params.append(upstream)
+    where, params = _confirmed("s.cost IS NOT NULL AND s.estimated_cost IS NOT NULL", upstream)
     rows = reader.rows(
         "SELECT s.estimated_cost, s.cost FROM spend s JOIN batches b ON b.batch_id = s.batch_id"
         f" WHERE {where} AND s.cost > s.estimated_cost",
@@ -143,6 +136,17 @@ def post_states(reader: Reader, month: str) -> dict[str, bool]:
     left = {status.name for status in LEFT}
     rows = reader.rows("SELECT post_id, status FROM posts WHERE month = ?", month)
     return {post_id: status in left for post_id, status in rows}
+
+
+def _confirmed(condition: str, upstream: str | None) -> tuple[str, list[object]]:
+    """The WHERE of confirmed spend rows `s` of batches `b` meeting `condition` (sent to
+    `upstream` if given), and its parameters after the condition's own."""
+    where = f"{condition} AND s.state = ?"
+    params: list[object] = [SpendState.CONFIRMED.name]
+    if upstream is not None:
+        where += " AND b.upstream = ?"
+        params.append(upstream)
+    return where, params
 
 
 def _seconds(start: datetime | str, end: datetime | str) -> float:
