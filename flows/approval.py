@@ -116,12 +116,7 @@ def spent_so_far(ledger: Ledger, month: str, settings: Settings) -> str:
 
 def next_batch_cost(ledger: Ledger, month: str, settings: Settings) -> str:
     """What the next batch to send is estimated to cost, in words ("" without a price)."""
-    price = settings.price()
-    upcoming = (
-        None
-        if price is None
-        else ledger.next_batch_estimate(month, price, settings.analysis_in_use().request_text)
-    )
+    upcoming = ledger.next_batch_estimate(month, ledger.pricing(settings))
     if upcoming is None:
         return ""
     batch_id, cost = upcoming

@@ -31,15 +31,18 @@ from postledger.guards.approvals import Approvals
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.breaker_state import apply_signal, breaker_holds
 from postledger.guards.charges import (
+    NO_QUOTE,
     BudgetHeld,
     GatewayRetries,
     book_send,
     budget_holds,
+    quote,
     settle,
 )
 from postledger.guards.chunk_sends import JobRoom
-from postledger.guards.spend import estimate, unpriced_budget
-from postledger.record import batch_chunks, counts_seen
+from postledger.guards.estimates import LEARN_FROM, Pricing, Sample, safe_rates
+from postledger.guards.spend import unpriced_budget
+from postledger.record import batch_chunks, counts_seen, history
 from postledger.record.analyses import keep_analysis
 from postledger.record.collector import collector_paused
 from postledger.record.db import BREAKERS, LedgerUnavailable, WriteLocks, create_schema, make_engine
@@ -63,7 +66,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthBusy, MonthLeases, check_holds
 from postledger.record.reads import LedgerError, LedgerReads, load_batches
 from postledger.record.states import Transitions
-from postledger.settings import Limits
+from postledger.settings import Limits, Settings
 
 # The façade, and what its callers name: the records' kinds, and the errors it raises.
 __all__ = [
@@ -196,8 +199,7 @@ class Ledger(LedgerReads):
         upstream: str | None = None,
         *,
         idempotent: bool = True,
-        price: Price | None = None,
-        prompt: str = "",
+        pricing: Pricing | None = None,
         max_cost: int | None = None,
         holder: str | None = None,
         max_attempts: int | None = None,
@@ -206,7 +208,7 @@ class Ledger(LedgerReads):
         each post's business attempt counted. Only after this returns `Started` may the AI be
         called. With `upstream`, its breaker is asked first, in the same transaction; with
         `max_cost`, the month's budget too: when either holds the batch (R18, R52), that is
-        returned and nothing is changed.
+        returned and nothing is changed. `pricing` quotes each new attempt's possible charge.
 
         A batch sent again with its same idempotency key is the same attempt when the upstream
         honours keys (it charges a key once); otherwise it is a new attempt.
@@ -214,7 +216,7 @@ class Ledger(LedgerReads):
         With `holder`, the run must still hold the month (`MonthLost` otherwise): a run that
         lost its claim to another never starts a batch. With `max_attempts`, a new attempt
         beyond a post's cap is refused (`LedgerError`): planning never asks for one."""
-        if max_cost is not None and price is None:
+        if max_cost is not None and (pricing is None or pricing.price is None):
             raise LedgerError(unpriced_budget("configured"))
         month = month_of(batch_id)
         with self._fenced(month, holder) as (session, moves):
@@ -227,16 +229,16 @@ class Ledger(LedgerReads):
             first = batch.charge is Charge.NONE or not idempotent
             # Read once: the estimate's texts, and the posts the send starts.
             queued = sending.queued_posts(session, batch)
-            estimated = None
-            if first and price is not None:
-                estimated = estimate(price, prompt, batch_chunks.texts_to_send(batch, queued))
-            budget = budget_holds(session, month, estimated, max_cost) if first else None
+            quoted = (
+                quote(pricing, batch_chunks.texts_to_send(batch, queued)) if first else NO_QUOTE
+            )
+            budget = budget_holds(session, month, quoted.estimated, max_cost) if first else None
             if budget is not None:
                 return budget
             posts = sending.start(moves, batch, queued, upstream=upstream, holder=holder)
             if first and max_attempts is not None:
                 batch_chunks.check_caps(batch, posts, max_attempts)
-            book_send(session, batch, first=first, estimated=estimated)
+            book_send(session, batch, first=first, quoted=quoted)
             sending.count_attempts(moves, batch, posts, first=first)
         return Started(batch, posts)
 
@@ -271,8 +273,7 @@ class Ledger(LedgerReads):
         upstream: str | None = None,
         *,
         idempotent: bool = True,
-        price: Price | None = None,
-        prompt: str = "",
+        pricing: Pricing | None = None,
         max_cost: int | None = None,
         holder: str | None = None,
         max_attempts: int | None = None,
@@ -283,7 +284,7 @@ class Ledger(LedgerReads):
         counts and possible charges. Stops at the first that may not start (why is returned;
         it and those after it stay queued) or that the job has no `room` for. The posts are
         read by one query and moved by one executemany (`batch_chunks`)."""
-        if max_cost is not None and price is None:
+        if max_cost is not None and (pricing is None or pricing.price is None):
             raise LedgerError(unpriced_budget("configured"))
         with self._fenced(month_of(batch_ids[0]), holder) as (session, moves):
             if upstream is not None:
@@ -294,8 +295,7 @@ class Ledger(LedgerReads):
                 batch_ids,
                 upstream,
                 idempotent=idempotent,
-                price=price,
-                prompt=prompt,
+                pricing=pricing,
                 max_cost=max_cost,
                 holder=holder,
                 max_attempts=max_attempts,
@@ -439,8 +439,7 @@ class Ledger(LedgerReads):
         batch_id: str,
         retries: int,
         *,
-        price: Price | None = None,
-        prompt: str = "",
+        pricing: Pricing | None = None,
         holder: str | None = None,
     ) -> None:
         """A gateway between us and the upstream says it retried this batch's request on its
@@ -449,7 +448,7 @@ class Ledger(LedgerReads):
             return
         with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
-            GatewayRetries(retries, price, prompt).book(session, moves, batch)
+            GatewayRetries(retries, pricing).book(session, moves, batch)
 
     def count_request_retry(self, batch_id: str, *, holder: str | None = None) -> None:
         """One more request-layer retry for this batch (R16: not a business attempt)."""
@@ -497,14 +496,22 @@ class Ledger(LedgerReads):
         with self._write(month) as (session, moves):
             return planning.release_due(session, moves, month, now)
 
-    def next_batch_estimate(self, month: str, price: Price, prompt: str) -> tuple[str, int] | None:
+    def next_batch_estimate(self, month: str, pricing: Pricing) -> tuple[str, int] | None:
         """The next batch to send and what it is estimated to cost (micro-units), for a
         question that asks whether to go on; None when nothing is waiting."""
         next_ids = self.next_to_start(month, 1)
         if not next_ids:
             return None
         texts = [post.text for post in self.posts_of(next_ids[0])]
-        return next_ids[0], estimate(price, prompt, texts)
+        estimated = pricing.estimate(texts)
+        return None if estimated is None else (next_ids[0], estimated)
+
+    def pricing(self, settings: Settings) -> Pricing:
+        """What the configured model's sends are priced by, with the estimate's rates learned
+        from its latest confirmed sends in this ledger (the assumed ones with none)."""
+        with self.plain() as reader:
+            seen = history.sends_seen(reader, settings.model, LEARN_FROM)
+        return Pricing.of(settings, safe_rates([Sample(*row) for row in seen]))
 
     def retry_failed(self, month: str, kinds: set[FailureKind] | None = None) -> int:
         """A person's decision: failed posts (of these kinds) are planned again."""

@@ -10,7 +10,7 @@ from sqlmodel import Session, col, select
 
 from postledger.batches.sending import receive, take_task_id
 from postledger.defaults import Price
-from postledger.guards.charges import book_gateway_retries, settle
+from postledger.guards.charges import Quote, book_gateway_retries, settle
 from postledger.guards.spill import SpillKind
 from postledger.record.models import (
     BatchRecord,
@@ -50,8 +50,8 @@ def take_spilled(
         taken += 1
     if kind in (SpillKind.GATEWAY_RETRIES, SpillKind.TASK_ID) and record.get("retries"):
         # On a task id: what the gateway did with the create that made it, kept with it.
-        retries, estimated = int(record["retries"]), record.get("estimated_cost")
-        book_gateway_retries(session, moves, batch, retries, estimated=estimated)
+        retries, quoted = int(record["retries"]), Quote(record.get("estimated_cost"))
+        book_gateway_retries(session, moves, batch, retries, quoted=quoted)
         taken += kind is SpillKind.GATEWAY_RETRIES
     if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
         why = "output saved from the spill file, not yet validated"

@@ -13,7 +13,8 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from postledger.defaults import Price
-from postledger.guards.spend import cost_of, estimate, money
+from postledger.guards.estimates import Pricing
+from postledger.guards.spend import cost_of, money
 from postledger.guards.usage import usage_of
 from postledger.record.db import insert_many
 from postledger.record.figures import SpendGroup, summed
@@ -81,9 +82,53 @@ def budget_holds(
     )
 
 
-def book_send(session: Session, batch: BatchRecord, *, first: bool, estimated: int | None) -> None:
+@dataclass(frozen=True)
+class Quote:
+    """What a send may cost, worked out before the call (None: no price known), and what it
+    asks: the model, the kind, its posts and characters (None: not known, as for a charge
+    read back from a spill file). Booked on each of the send's possible charges."""
+
+    estimated: int | None
+    model: str | None = None
+    kind: str | None = None
+    posts: int | None = None
+    chars: int | None = None
+
+    def values(self) -> dict[str, Any]:
+        """The spend row's columns this quote fills."""
+        return {
+            "estimated_cost": self.estimated,
+            "model": self.model,
+            "kind": self.kind,
+            "asked_posts": self.posts,
+            "asked_chars": self.chars,
+        }
+
+
+NO_QUOTE = Quote(None)
+
+
+def quote(pricing: Pricing | None, texts: Sequence[str]) -> Quote:
+    """A send of these posts' `texts`, quoted by `pricing` (None: nothing known of it)."""
+    if pricing is None:
+        return NO_QUOTE
+    return Quote(
+        pricing.estimate(texts),
+        pricing.model,
+        pricing.kind,
+        len(texts),
+        pricing.asked_chars(texts),
+    )
+
+
+def quote_of(batch: BatchRecord, pricing: Pricing | None) -> Quote:
+    """One send of the batch's request, quoted."""
+    return quote(pricing, [text for _, text in batch.request or []])
+
+
+def book_send(session: Session, batch: BatchRecord, *, first: bool, quoted: Quote) -> None:
     """A send on the books before the call (R3); a `first` send (a new attempt) written down
-    as a possible charge of its `estimated` cost (R51), once the budget let it (R52)."""
+    as a possible charge at its quote (R51), once the budget let it (R52)."""
     batch.sends += 1
     batch.not_before = None
     if batch.charge is Charge.NONE:
@@ -91,17 +136,19 @@ def book_send(session: Session, batch: BatchRecord, *, first: bool, estimated: i
     if first:
         session.add(
             SpendRecord(
-                month=batch.month,
-                batch_id=batch.batch_id,
-                send=batch.sends,
-                estimated_cost=estimated,
+                month=batch.month, batch_id=batch.batch_id, send=batch.sends, **quoted.values()
             )
         )
 
 
-def send_counted(
-    batch: BatchRecord, *, first: bool, estimated: int | None
-) -> dict[str, Any] | None:
+def _possible(batch: BatchRecord, quoted: Quote) -> SpendRecord:
+    """A possible charge of the batch's current send, at its quote."""
+    return SpendRecord(
+        month=batch.month, batch_id=batch.batch_id, send=batch.sends, **quoted.values()
+    )
+
+
+def send_counted(batch: BatchRecord, *, first: bool, quoted: Quote) -> dict[str, Any] | None:
     """`book_send` for a chunk of batches marked together: the send counted on the batch,
     and the spend row a `first` send books returned, for `write_spend` to insert with the
     chunk's others (an ORM record per row cost more than the rest of the marking)."""
@@ -117,7 +164,7 @@ def send_counted(
         "batch_id": batch.batch_id,
         "send": batch.sends,
         "state": SpendState.POSSIBLE,
-        "estimated_cost": estimated,
+        **quoted.values(),
         "input_tokens": None,
         "cached_input_tokens": None,
         "cache_write_tokens": None,
@@ -135,23 +182,15 @@ def write_spend(session: Session, rows: list[dict[str, Any]]) -> None:
 
 
 def book_gateway_retries(
-    session: Session,
-    moves: Transitions,
-    batch: BatchRecord,
-    retries: int,
-    *,
-    estimated: int | None,
+    session: Session, moves: Transitions, batch: BatchRecord, retries: int, *, quoted: Quote
 ) -> None:
     """A gateway's own retries of the batch's request: each may have been charged, so each is
-    a possible charge of the current send (R42), at the batch's estimate."""
+    a possible charge of the current send (R42), at the batch's quote."""
     batch.gateway_retries += retries
     for _ in range(retries):
         session.add(
             SpendRecord(
-                month=batch.month,
-                batch_id=batch.batch_id,
-                send=batch.sends,
-                estimated_cost=estimated,
+                month=batch.month, batch_id=batch.batch_id, send=batch.sends, **quoted.values()
             )
         )
     session.add(batch)
@@ -166,22 +205,15 @@ def book_gateway_retries(
 @dataclass(frozen=True)
 class GatewayRetries:
     """What a gateway said it did on its own with one create: `count` extra attempts, each a
-    possible charge at the batch's estimate (from `price` and `prompt`)."""
+    possible charge at the batch's quote (by `pricing`)."""
 
     count: int
-    price: Price | None
-    prompt: str
+    pricing: Pricing | None
 
     def book(self, session: Session, moves: Transitions, batch: BatchRecord) -> None:
         if self.count > 0:
-            estimated = estimated_cost(batch, self.price, self.prompt)
-            book_gateway_retries(session, moves, batch, self.count, estimated=estimated)
-
-
-def estimated_cost(batch: BatchRecord, price: Price | None, prompt: str) -> int | None:
-    """What one send of the batch's request may cost (None: no price known)."""
-    texts = [text for _, text in batch.request or []]
-    return estimate(price, prompt, texts) if price is not None else None
+            quoted = quote_of(batch, self.pricing)
+            book_gateway_retries(session, moves, batch, self.count, quoted=quoted)
 
 
 def settle(

@@ -21,13 +21,15 @@ from postledger.defaults import Price
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.breaker_state import breaker_for_update, breaker_holds
 from postledger.guards.charges import (
+    NO_QUOTE,
     BudgetHeld,
     budget_holds,
+    quote,
     send_counted,
     settle_all,
     write_spend,
 )
-from postledger.guards.spend import estimate
+from postledger.guards.estimates import Pricing
 from postledger.record import batch_chunks
 from postledger.record.models import BatchRecord, BatchStatus, Charge, PostRecord, PostStatus
 from postledger.record.reads import load_batches
@@ -51,8 +53,7 @@ def mark(
     upstream: str | None,
     *,
     idempotent: bool,
-    price: Price | None,
-    prompt: str,
+    pricing: Pricing | None,
     max_cost: int | None,
     holder: str | None,
     max_attempts: int | None,
@@ -79,17 +80,15 @@ def mark(
         # A new attempt, unless sent again under its key to an upstream that honours it (R35).
         first = batch.charge is Charge.NONE or not idempotent
         queued = [m for m in members[batch.batch_id] if m.status is PostStatus.QUEUED]
-        estimated = None
-        if first and price is not None:
-            estimated = estimate(price, prompt, batch_chunks.texts_to_send(batch, queued))
+        quoted = quote(pricing, batch_chunks.texts_to_send(batch, queued)) if first else NO_QUOTE
         if first and max_cost is not None:
             write_spend(session, spend)  # the budget counts every send booked so far
-            if held := budget_holds(session, month, estimated, max_cost):
+            if held := budget_holds(session, month, quoted.estimated, max_cost):
                 break
         batch_chunks.start(moves, batch, queued, upstream=upstream, holder=holder)
         if first and max_attempts is not None:
             batch_chunks.check_caps(batch, queued, max_attempts)
-        if (booked := send_counted(batch, first=first, estimated=estimated)) is not None:
+        if (booked := send_counted(batch, first=first, quoted=quoted)) is not None:
             spend.append(booked)
         (rows if first else again).extend(batch_chunks.attempts_counted(batch, queued, first=first))
         started.append(batch)

@@ -9,22 +9,11 @@ a usage is counted by class of token (`postledger.guards.usage`), each at its ow
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 from postledger.defaults import Price
 from postledger.guards.usage import Usage
 
-# ~4 characters per token in English; fewer in other scripts, so this errs on the low side
-# for them: the estimate guards the budget, the upstream's usage settles the cost.
-CHARS_PER_TOKEN = 4
-# What one post's answer to the built-in analysis (id, category, sentiment, one sentence)
-# takes, in output tokens; used for any analysis until the estimate learns from the ledger.
-OUTPUT_TOKENS_PER_POST = 60
 PER_MILLION = 1_000_000
-
-
-def tokens_of(text_chars: int) -> int:
-    return -(-text_chars // CHARS_PER_TOKEN)  # ceiling division
 
 
 def cost_of(price: Price, usage: Usage) -> int:
@@ -37,20 +26,6 @@ def cost_of(price: Price, usage: Usage) -> int:
         + usage.output * price.output
     )
     return -(-listed * (100 - price.discount()) // (100 * PER_MILLION))
-
-
-def estimate(price: Price, prompt: str, texts: Sequence[str]) -> int:
-    """A batch's cost before it is sent: its input, and a typical answer per post. The
-    instructions are priced as a cache write where that costs more than fresh input (an
-    Anthropic request marks them for the cache): the estimate guards the budget, and must
-    not fall short of the first batch that writes them."""
-    # Rounded up per text, as tokenizers count: the estimate should not fall short.
-    instructions = tokens_of(len(prompt))
-    posts = sum(tokens_of(len(t)) for t in texts)
-    output = OUTPUT_TOKENS_PER_POST * len(texts)
-    if price.cache_write_rate() > price.input:
-        return cost_of(price, Usage(posts, output, cache_write=instructions))
-    return cost_of(price, Usage(instructions + posts, output))
 
 
 def money(micro: int) -> str:

@@ -20,7 +20,8 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from postledger.defaults import MAX_IN_FLIGHT
-from postledger.guards.spend import CHARS_PER_TOKEN, OUTPUT_TOKENS_PER_POST, cost_of
+from postledger.guards.estimates import CHARS_PER_TOKEN, OUTPUT_TOKENS_PER_POST
+from postledger.guards.spend import cost_of
 from postledger.guards.usage import Usage
 from postledger.record.figures import spend_totals
 from postledger.record.history import (
@@ -189,13 +190,12 @@ def month_forecast(
     rates, durations, committed = TokenRates.assumed(), [], 0
     short = Shortfalls(0, 0, 0, 0.0)
     if reader is not None:
-        seen = usage_seen(reader, upstream)
-        rates = TokenRates.learned(seen if seen.batches else usage_seen(reader), prompt_chars)
+        rates = TokenRates.learned(_usage_seen(reader, settings.model, upstream), prompt_chars)
         timed = job_seconds if kind in JOB_REQUESTS else batch_seconds
         durations = timed(reader, upstream)
         spend = spend_totals(reader, month)
         committed = spend["confirmed"] + spend["possible"] + spend["wasted"]
-        short = shortfalls(reader, upstream)
+        short = shortfalls(reader, model=settings.model)
     usage = rates.usage(work, prompt_chars)
     kinds = [kind] if kind.sibling is None else [kind, kind.sibling]
     costs = []
@@ -215,6 +215,16 @@ def month_forecast(
         max_cost=settings.max_cost,
         shortfalls=short,
     )
+
+
+def _usage_seen(reader: Reader, model: str, upstream: str) -> UsageSeen:
+    """What the ledger has seen of the model (the tokens are the model's); with nothing
+    learned of it (the ledger's sends before it kept their model, or another model's), of the
+    upstream, then of any."""
+    found = usage_seen(reader, model=model)
+    if not found.batches:
+        found = usage_seen(reader, upstream)
+    return found if found.batches else usage_seen(reader)
 
 
 def ledger_forecast(ledger_url: str, month: str, settings: Settings) -> Forecast:

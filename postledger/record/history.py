@@ -32,9 +32,10 @@ class UsageSeen:
     output_tokens: int
 
 
-def usage_seen(reader: Reader, upstream: str | None = None) -> UsageSeen:
-    """Every month's confirmed usage of completed batches (sent to `upstream` if given)."""
-    where, params = _confirmed("b.status IN (?) AND s.input_tokens IS NOT NULL", upstream)
+def usage_seen(reader: Reader, upstream: str | None = None, model: str | None = None) -> UsageSeen:
+    """Every month's confirmed usage of completed batches (sent to `upstream`, answered by
+    `model`, where given)."""
+    where, params = _confirmed("b.status IN (?) AND s.input_tokens IS NOT NULL", upstream, model)
     params.insert(0, BatchStatus.COMPLETED.name)
     tokens = reader.one(
         "SELECT count(DISTINCT b.batch_id), sum(s.input_tokens),"
@@ -63,6 +64,22 @@ def usage_seen(reader: Reader, upstream: str | None = None) -> UsageSeen:
     )
 
 
+def sends_seen(reader: Reader, model: str, limit: int) -> list[tuple[int, int, int, int]]:
+    """The `limit` latest confirmed sends to `model` whose usage and asking are known: (input
+    tokens of every class, output tokens, characters asked, posts asked), newest first."""
+    rows = reader.rows(
+        "SELECT input_tokens + coalesce(cached_input_tokens, 0) + coalesce(cache_write_tokens, 0),"
+        " output_tokens, asked_chars, asked_posts FROM spend WHERE model = ? AND state = ?"
+        " AND input_tokens IS NOT NULL AND output_tokens IS NOT NULL"
+        " AND asked_chars IS NOT NULL AND asked_posts IS NOT NULL"
+        " ORDER BY id DESC LIMIT ?",
+        model,
+        SpendState.CONFIRMED.name,
+        limit,
+    )
+    return [(int(a), int(b), int(c), int(d)) for a, b, c, d in rows]
+
+
 @dataclass(frozen=True)
 class Shortfalls:
     """How the budget's per-batch estimates, made before each call, compared with what the
@@ -75,9 +92,11 @@ class Shortfalls:
     worst_share: float  # of that charge's cost
 
 
-def shortfalls(reader: Reader, upstream: str | None = None) -> Shortfalls:
-    """Every confirmed charge's estimate against its cost (sent to `upstream` if given)."""
-    where, params = _confirmed("s.cost IS NOT NULL AND s.estimated_cost IS NOT NULL", upstream)
+def shortfalls(reader: Reader, upstream: str | None = None, model: str | None = None) -> Shortfalls:
+    """Every confirmed charge's estimate against its cost (sent to `upstream`, answered by
+    `model`, where given)."""
+    condition = "s.cost IS NOT NULL AND s.estimated_cost IS NOT NULL"
+    where, params = _confirmed(condition, upstream, model)
     rows = reader.rows(
         "SELECT s.estimated_cost, s.cost FROM spend s JOIN batches b ON b.batch_id = s.batch_id"
         f" WHERE {where} AND s.cost > s.estimated_cost",
@@ -138,14 +157,18 @@ def post_states(reader: Reader, month: str) -> dict[str, bool]:
     return {post_id: status in left for post_id, status in rows}
 
 
-def _confirmed(condition: str, upstream: str | None) -> tuple[str, list[object]]:
+def _confirmed(condition: str, upstream: str | None, model: str | None) -> tuple[str, list[object]]:
     """The WHERE of confirmed spend rows `s` of batches `b` meeting `condition` (sent to
-    `upstream` if given), and its parameters after the condition's own."""
+    `upstream`, answered by `model`, where given), and its parameters after the condition's
+    own."""
     where = f"{condition} AND s.state = ?"
     params: list[object] = [SpendState.CONFIRMED.name]
     if upstream is not None:
         where += " AND b.upstream = ?"
         params.append(upstream)
+    if model is not None:
+        where += " AND s.model = ?"
+        params.append(model)
     return where, params
 
 

@@ -308,6 +308,8 @@ class SpendRecord(SQLModel, table=True):
     settled with the upstream's usage. Money in integer micro-units (postledger.guards.spend)."""
 
     __tablename__ = "spend"
+    # A model's latest sends, for the estimate to learn from (migration 0017).
+    __table_args__ = (Index("ix_spend_model_id", "model", "id"),)
 
     id: int | None = Field(default=None, primary_key=True)
     month: str = Field(index=True, max_length=7)
@@ -321,6 +323,12 @@ class SpendRecord(SQLModel, table=True):
     cache_write_tokens: int | None = None  # written to it
     output_tokens: int | None = None
     cost: int | None = None  # from the usage and the price table
+    # What the send asked, for the estimate to learn from (migration 0017; None before it): the
+    # model, the upstream kind, the posts and the characters (instructions and posts) sent.
+    model: str | None = None
+    kind: str | None = None
+    asked_posts: int | None = None
+    asked_chars: int | None = None
     at: datetime = Field(default_factory=utcnow, sa_column=_when())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
 

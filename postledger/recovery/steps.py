@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from postledger.analysis import AnalysisError, load_analysis
 from postledger.defaults import Price
-from postledger.guards.spend import estimate, money, tokens_of
+from postledger.guards.estimates import estimate, tokens_of
+from postledger.guards.spend import money
 from postledger.record import rows
 from postledger.record.kinds import BatchStatus
 from postledger.record.plain import Reader

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from logging import Logger, LoggerAdapter
 from typing import Any
 
-from postledger.guards.charges import GatewayRetries, estimated_cost
+from postledger.guards.charges import GatewayRetries, quote_of
+from postledger.guards.estimates import Pricing
 from postledger.guards.spill import SpillKind, spill_for
 from postledger.ledger import Ledger
 from postledger.record.db import LedgerUnavailable
@@ -48,6 +50,16 @@ class Trip:
     # when the ledger fails are booked with it.
     estimates: dict[str, int | None] = field(default_factory=dict)
 
+    @cached_property
+    def pricing(self) -> Pricing:
+        """What the trip's sends are priced by: read once a trip, its estimate's rates learned
+        from the ledger's confirmed sends so far (the assumed ones if it cannot be read: the
+        marking that needs them then fails on its own)."""
+        try:
+            return self.ledger.pricing(self.settings)
+        except LedgerUnavailable:
+            return Pricing.of(self.settings)
+
     def failed_to_write(self, exc: Exception) -> None:
         self.ledger_failure = self.ledger_failure or str(exc)
 
@@ -63,9 +75,7 @@ class Trip:
         """The paid task's id in the ledger, or else in the spill file; with it, in the same
         write, the `retried` attempts a gateway said it made of the same create."""
         retries = self._chargeable([batch], retried)
-        gateway = GatewayRetries(
-            retries, self.settings.price(), self.settings.analysis_in_use().request_text
-        )
+        gateway = GatewayRetries(retries, self.pricing)
         try:
             self.ledger.record_task_id(
                 batch.batch_id, task_id, adopted=adopted, gateway=gateway, holder=self.holder
@@ -89,9 +99,7 @@ class Trip:
         """The submission's job id on it and on each of its batches, or else in the spill
         file for each batch; with it, as for `keep_task_id`, a gateway's retries."""
         retries = self._chargeable(batches, retried)
-        gateway = GatewayRetries(
-            retries, self.settings.price(), self.settings.analysis_in_use().request_text
-        )
+        gateway = GatewayRetries(retries, self.pricing)
         try:
             self.ledger.record_job_id(
                 submission_id,
@@ -172,8 +180,7 @@ class Trip:
                 self.ledger.count_gateway_retries(
                     batch_id,
                     retries,
-                    price=settings.price(),
-                    prompt=settings.analysis_in_use().request_text,
+                    pricing=self.pricing,
                     holder=self.holder,
                 )
             except (LedgerUnavailable, MonthLost) as exc:
@@ -208,9 +215,7 @@ class Trip:
             return self.estimates[batch.batch_id]
         if not isinstance(batch, BatchRecord):  # a job's batch: reckoned when it was marked
             return None
-        return estimated_cost(
-            batch, self.settings.price(), self.settings.analysis_in_use().request_text
-        )
+        return quote_of(batch, self.pricing).estimated
 
     def _carry_on(self, exc: LedgerUnavailable | MonthLost) -> None:
         """After a fact was spilled: a ledger that failed stops new work, and the trip goes

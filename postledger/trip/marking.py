@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from postledger.guards.breaker import BreakerHeld
-from postledger.guards.charges import BudgetHeld, estimated_cost
+from postledger.guards.charges import BudgetHeld, quote_of
 from postledger.record.db import LedgerUnavailable
 from postledger.record.models import BatchRecord, BatchStatus, JobBatch
 from postledger.record.month_lease import MonthLost
@@ -96,8 +96,7 @@ def _marking(trip: Trip) -> dict[str, Any]:
     return {
         "upstream": settings.breaker_name(),
         "idempotent": trip.port.facts.honours_keys,
-        "price": settings.price(),
-        "prompt": settings.analysis_in_use().request_text,
+        "pricing": trip.pricing,
         "max_cost": settings.max_cost,
         "holder": trip.holder,
         "max_attempts": settings.max_attempts,
@@ -126,10 +125,7 @@ class _Room:
     def took(self, batch: BatchRecord) -> None:
         self._taken += 1
         self._size += request_bytes(self._settings, batch.batch_id, posts_of(batch))  # as sent
-        settings = self._settings
-        self._trip.estimates[batch.batch_id] = estimated_cost(
-            batch, settings.price(), settings.analysis_in_use().request_text
-        )
+        self._trip.estimates[batch.batch_id] = quote_of(batch, self._trip.pricing).estimated
 
 
 def posts_of(batch: BatchRecord) -> list[tuple[str, str]]:

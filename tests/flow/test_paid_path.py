@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from postledger.defaults import DEFAULT_PRICES
-from postledger.guards.spend import cost_of, estimate
+from postledger.guards.estimates import estimate
+from postledger.guards.spend import cost_of
 from postledger.guards.spill import Spill, SpillKind
 from postledger.guards.usage import Usage
 from postledger.ledger import Ledger

@@ -32,7 +32,8 @@ from typing import Any
 import httpx
 import pytest
 
-from postledger.guards.spend import estimate, money
+from postledger.guards.estimates import estimate
+from postledger.guards.spend import money
 from postledger.ledger import Ledger
 from postledger.record.models import Answer, BreakerLevel, PostStatus
 from postledger.settings import Settings

@@ -30,7 +30,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthLost
 from postledger.recovery.interrupted import finish_from_output
 from postledger.settings import Limits
-from tests.support.ledgers import asked
+from tests.support.ledgers import asked, priced
 
 ONE, BULK = "2026-10", "2026-11"  # the per-batch path's month, and the bulk path's
 PRICE = Price(input=150_000, output=600_000)
@@ -64,8 +64,7 @@ USAGE = {"prompt_tokens": 120, "completion_tokens": 80}
 MARKING: dict[str, Any] = {
     "upstream": UPSTREAM,
     "idempotent": False,
-    "price": PRICE,
-    "prompt": "p",
+    "pricing": priced(PRICE),
     "max_attempts": 3,
 }
 

@@ -39,7 +39,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthBusy, MonthLeases, MonthLost
 from postledger.settings import Limits, Settings
 from simulator.model import write_output
-from tests.support.ledgers import asked, started
+from tests.support.ledgers import asked, priced, started
 
 MONTH, OTHER = "2026-10", "2026-11"
 UPSTREAM = "sim-upstream"
@@ -373,8 +373,8 @@ def test_gateway_retries_are_possible_charges_of_the_batch(ledger_url: str) -> N
     ledger = Ledger(ledger_url)
     (batch_id,) = planned(ledger, MONTH, 2)
     price = DEFAULT_PRICES["sim-analyst-1"]
-    ledger.mark_running(batch_id, price=price, prompt="p")
-    ledger.count_gateway_retries(batch_id, 2, price=price, prompt="p")
+    ledger.mark_running(batch_id, pricing=priced(price))
+    ledger.count_gateway_retries(batch_id, 2, pricing=priced(price))
     deliver(
         ledger, batch_id, write_output([(p.post_id, p.text) for p in ledger.posts(MONTH)]), Limits()
     )
@@ -394,11 +394,11 @@ def test_a_batch_the_budget_holds_changes_nothing_until_a_person_says_go_on(
     ledger = Ledger(ledger_url)
     first, second = planned(ledger, MONTH, 4, max_posts=2)
     price = DEFAULT_PRICES["sim-analyst-1"]
-    budget = started(ledger.mark_running(first, price=price, prompt="p", max_cost=10**9))
+    budget = started(ledger.mark_running(first, pricing=priced(price), max_cost=10**9))
     cost = ledger.spend(MONTH)[0].estimated_cost
     assert budget.batch.status is BatchStatus.RUNNING and cost is not None
 
-    held = ledger.mark_running(second, price=price, prompt="p", max_cost=cost)
+    held = ledger.mark_running(second, pricing=priced(price), max_cost=cost)
     assert isinstance(held, BudgetHeld) and "would cross it" in held.reason
     assert ledger.batch(second).status is BatchStatus.QUEUED and ledger.batch(second).sends == 0
     assert len(ledger.spend(MONTH)) == 1  # nothing booked for the held one
@@ -408,7 +408,7 @@ def test_a_batch_the_budget_holds_changes_nothing_until_a_person_says_go_on(
     )
     assert asked.id is not None
     ledger.approvals.close(asked.id, Answer.CONTINUE, note="", by="test")
-    started(ledger.mark_running(second, price=price, prompt="p", max_cost=cost))
+    started(ledger.mark_running(second, pricing=priced(price), max_cost=cost))
     assert len(ledger.spend(MONTH)) == 2
     ledger.close()
 

@@ -55,7 +55,7 @@ from sqlmodel import Session, select
 from postledger.batches.posts import Post
 from postledger.defaults import Price
 from postledger.guards.charges import spend_summary
-from postledger.guards.spend import estimate
+from postledger.guards.estimates import estimate
 from postledger.guards.spill import Spill
 from postledger.ledger import Ledger
 from postledger.record.models import (
@@ -293,6 +293,8 @@ class MoneyModel(RuleBasedStateMachine):
             clock=self.clock,
             batch_of_key=self.batch_of_key,
             sends_of=lambda batch_id: self.observer.batch(batch_id).sends,
+            # As the ledger's estimate is made: at the rates it has learned so far.
+            estimate_of=lambda texts: self.observer.pricing(self.settings).estimate(texts),
         )
         self.upstream.before_charge = self.paid_again_while_readable
         for month in MONTHS:

@@ -24,7 +24,7 @@ from postledger.record import rows
 from postledger.record.models import ApprovalRecord, BatchStatus, BreakerLevel, BreakerRecord
 from postledger.record.plain import read_only
 from postledger.recovery.steps import RecoveryAction, plan_recovery
-from tests.support.ledgers import asked
+from tests.support.ledgers import asked, priced
 from tests.support.repo import REPO
 
 MONTH = "2026-10"
@@ -40,7 +40,7 @@ def _an_interrupted_month(url: str) -> Ledger:
     ledger.sync_posts(MONTH, posts, model="m", analysis=asked())
     sent, polled, saved, _ = ledger.plan(MONTH, max_posts=2, max_chars=1000).batches
     for batch in (sent, polled, saved):
-        ledger.mark_running(batch.batch_id, price=PRICE, prompt="p")
+        ledger.mark_running(batch.batch_id, pricing=priced(PRICE))
     ledger.record_task_id(polled.batch_id, "task-42")
     ledger.save_output(saved.batch_id, "[]", {"input_tokens": 1, "output_tokens": 1}, PRICE)
     changed = [*posts[:1], Post("p1", "post 1, edited", 2), *posts[2:]]

@@ -23,7 +23,7 @@ from postledger.record.migrate import SchemaMismatch
 from postledger.record.models import Answer, BatchStatus, PostStatus, Question
 from postledger.record.plain import LedgerUnreadable, read_only
 from postledger.settings import Limits
-from tests.support.ledgers import asked
+from tests.support.ledgers import asked, priced
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)
@@ -53,16 +53,16 @@ def _a_month_with_everything(url: str) -> Ledger:
     month = [Post(f"p{i:02d}", texts.get(i, f"post {i}"), i + 1) for i in range(12)]
     ledger.sync_posts(MONTH, month, model="m", analysis=asked())
     first, second, third = ledger.plan(MONTH, max_posts=4, max_chars=100).batches
-    ledger.mark_running(first.batch_id, price=PRICE, prompt="p")
+    ledger.mark_running(first.batch_id, pricing=priced(PRICE))
     items = [_item("p01", "nonsense"), _item("p02"), _item("p03"), _item("p04")]
     _finish(ledger, first.batch_id, "[" + ", ".join(items) + "]")
-    ledger.mark_running(second.batch_id, price=PRICE, prompt="p")
+    ledger.mark_running(second.batch_id, pricing=priced(PRICE))
     items = [_item(f"p0{i}") for i in (6, 7, 8)]
     _finish(ledger, second.batch_id, "[" + ", ".join(items) + "]", attempts=2)
     (again,) = ledger.plan(MONTH, max_posts=4, max_chars=100).batches  # p05, a paid retry
-    ledger.mark_running(again.batch_id, price=PRICE, prompt="p")
+    ledger.mark_running(again.batch_id, pricing=priced(PRICE))
     _finish(ledger, again.batch_id, "[]", attempts=2)
-    ledger.mark_running(third.batch_id, price=PRICE, prompt="p")  # still in flight
+    ledger.mark_running(third.batch_id, pricing=priced(PRICE))  # still in flight
     for answer in (Answer.CONTINUE, Answer.STOP, None):
         ledger.approvals.ask(MONTH, "up", "go on?", flow_run_id=None, prefect_api_url=None)
         if answer is not None:

@@ -13,7 +13,7 @@ import pytest
 
 from postledger.batches.posts import Post
 from postledger.defaults import Price
-from postledger.guards.spend import estimate
+from postledger.guards.estimates import estimate
 from postledger.ledger import Ledger
 from postledger.record.models import BatchStatus
 from postledger.settings import Settings, UpstreamKind

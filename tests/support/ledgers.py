@@ -13,6 +13,8 @@ from tests.support.months import MONTH
 
 if TYPE_CHECKING:
     from postledger.analysis import Analysis
+    from postledger.defaults import Price
+    from postledger.guards.estimates import Pricing
 
 
 def asked(instructions: str = "p") -> Analysis:
@@ -21,6 +23,13 @@ def asked(instructions: str = "p") -> Analysis:
     from postledger.analysis import load_analysis
 
     return load_analysis(None, instructions=instructions)
+
+
+def priced(price: Price | None, instructions: str = "p", model: str = "m") -> Pricing:
+    """What a test's sends are priced by: `price`, with `instructions`, at the assumed rates."""
+    from postledger.guards.estimates import Pricing
+
+    return Pricing(model, "task_api", price, instructions)
 
 
 def recount_posts(session: Any) -> None:
@@ -119,10 +128,16 @@ def ledger_at_baseline(
     engine.dispose()
 
 
-def settle_next_batch(ledger: Any, month: str = MONTH, usage: dict[str, int] | None = None) -> Any:
+def settle_next_batch(
+    ledger: Any,
+    month: str = MONTH,
+    usage: dict[str, int] | None = None,
+    pricing: Pricing | None = None,
+) -> Any:
     """The month's next planned batch through the ledger as the batch task run moves it (intent,
     task id, saved output, validated and applied), with the simulator's model writing a valid
-    output and no upstream called: its posts end `completed`. Returns the posts it sent."""
+    output and no upstream called: its posts end `completed`. Returns the posts it sent. With
+    `pricing`, its charge is quoted, and settled at the price."""
     from postledger.analysis import load_analysis
     from postledger.batches.output import check_output
     from postledger.failures.policy import after_output
@@ -130,10 +145,11 @@ def settle_next_batch(ledger: Any, month: str = MONTH, usage: dict[str, int] | N
     from simulator.model import write_output
 
     (batch_id,) = ledger.next_to_start(month, 1, set())
-    _, sent = started(ledger.mark_running(batch_id))
+    _, sent = started(ledger.mark_running(batch_id, pricing=pricing))
     ledger.record_task_id(batch_id, "task_1")
     raw = write_output([(p.post_id, p.text) for p in sent])
-    ledger.save_output(batch_id, raw, usage or {"input_tokens": 1, "output_tokens": 2})
+    price = pricing.price if pricing is not None else None
+    ledger.save_output(batch_id, raw, usage or {"input_tokens": 1, "output_tokens": 2}, price)
     check = check_output(raw, ledger.batch(batch_id).post_ids, load_analysis(None))
     decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
     ledger.apply(batch_id, decision, check)

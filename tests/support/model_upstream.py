@@ -25,7 +25,8 @@ from typing import Any
 import httpx
 
 from postledger.defaults import Price
-from postledger.guards.spend import OUTPUT_TOKENS_PER_POST, cost_of, tokens_of
+from postledger.guards.estimates import OUTPUT_TOKENS_PER_POST, tokens_of
+from postledger.guards.spend import cost_of
 from postledger.guards.usage import Usage
 from postledger.upstreams.anthropic_batch_match import batch_of_line
 from postledger.upstreams.anthropic_protocol import TOOL_NAME
@@ -169,15 +170,18 @@ class ModelUpstream:
         clock: FakeClock,
         batch_of_key: Callable[[str], tuple[str, int]],
         sends_of: Callable[[str], int],
+        estimate_of: Callable[[list[str]], int | None] | None = None,
     ) -> None:
         """`request_text`: what each request carries besides its posts, as the ledger's
         estimate counts it (the analysis's `request_text`); `batch_of_key`: the ledger batch
         (and its send) a task API key names, from the ledger (a task API request names no
-        batch); `sends_of`: a batch's `sends` now."""
+        batch); `sends_of`: a batch's `sends` now; `estimate_of`: what the ledger estimates a
+        send of these texts costs now (at the assumed rates if not given)."""
         self.kind, self.honour_keys, self.price = kind, honour_keys, price
         self.request_text = request_text
         self.clock = clock
         self._batch_of_key, self._sends_of = batch_of_key, sends_of
+        self._estimate_of = estimate_of
         self.jobs: dict[str, Job] = {}
         self.charges: list[Charge] = []
         # (batch, send) whose create may have made the work, the answer never seen whole: a lost
@@ -624,6 +628,8 @@ class ModelUpstream:
         return cost_of(self.price, Usage(usage["input_tokens"], usage["output_tokens"]))
 
     def _estimate(self, posts: list[tuple[str, str]]) -> int:
+        if self._estimate_of is not None:
+            return self._estimate_of([text for _, text in posts]) or 0
         tokens = tokens_of(len(self.request_text)) + sum(tokens_of(len(t)) for _, t in posts)
         return cost_of(self.price, Usage(tokens, OUTPUT_TOKENS_PER_POST * len(posts)))
 

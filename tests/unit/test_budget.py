@@ -21,15 +21,8 @@ from pydantic import ValidationError
 
 from postledger.defaults import DEFAULT_PRICES, Price
 from postledger.guards.charges import WASTING, spend_summary
-from postledger.guards.spend import (
-    CHARS_PER_TOKEN,
-    OUTPUT_TOKENS_PER_POST,
-    cost_of,
-    estimate,
-    money,
-    tokens_of,
-    unpriced_budget,
-)
+from postledger.guards.estimates import CHARS_PER_TOKEN, OUTPUT_TOKENS_PER_POST, estimate, tokens_of
+from postledger.guards.spend import cost_of, money, unpriced_budget
 from postledger.guards.usage import Usage, anthropic_usage, openai_usage, usage_of
 from postledger.record.models import FailureKind, SpendRecord, SpendState
 from postledger.settings import Settings, UpstreamKind

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from postledger.defaults import Price
-from postledger.guards.spend import estimate, tokens_of
+from postledger.guards.estimates import estimate, tokens_of
 from postledger.record.kinds import BatchStatus
 from postledger.record.rows import InterruptedBatch
 from postledger.recovery.steps import RecoveryAction, RecoveryPlan, plan_recovery
