@@ -37,11 +37,14 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.05, help="the simulator's, in s")
     parser.add_argument("--instructions-tokens", type=int, default=2000)
     parser.add_argument("--cache-posts", type=int, default=300, help="0: no cache months")
+    parser.add_argument("--analysis", help="what each post is asked (a JSON Schema file)")
     args = parser.parse_args()
 
     work = isolated_workdir("postledger-forecast-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSTLEDGER_UPSTREAM")}
     env["PREFECT_HOME"] = str(work / "prefect-home")
+    if args.analysis:
+        env["POSTLEDGER_ANALYSIS"] = str(Path(args.analysis).resolve())
     _postledger(["setup"], work, env)
     print(
         f"{'kind':20s} {'posts':>7s} {'cold':>10s} {'actual':>10s} {'off':>7s} "
@@ -62,6 +65,8 @@ def main() -> int:
                 f"{row['short']:>10s}",
                 flush=True,
             )
+            for month, said in row["estimates"].items():
+                print(f"    per-batch estimates of {month}: {said}", flush=True)
     if not args.cache_posts:
         return 0
     print(f"\ninstructions of ~{args.instructions_tokens} tokens, {args.cache_posts} posts:")
@@ -127,6 +132,7 @@ def _forecast_then_run(
         "actual_first": _confirmed(project, FIRST),
         "actual_second": _confirmed(project, SECOND),
         "short": f"{after['estimates_short']}/{after['estimates_settled']}",
+        "estimates": {month: _estimates(project, month) for month in (FIRST, SECOND)},
     }
 
 
@@ -177,6 +183,26 @@ def _confirmed(project: Path, month: str) -> int:
             "SELECT sum(cost) FROM spend WHERE month = ? AND state = 'CONFIRMED'", (month,)
         ).fetchone()
     return int(total or 0)
+
+
+def _estimates(project: Path, month: str) -> str:
+    """The budget's per-batch estimates of the month's confirmed sends against their costs: how
+    many fell short and by how much at most, and how high they were in the middle."""
+    import sqlite3
+    from statistics import median
+
+    with sqlite3.connect(project / "ledger.db") as connection:
+        rows = connection.execute(
+            "SELECT estimated_cost, cost FROM spend WHERE month = ? AND state = 'CONFIRMED'"
+            " AND cost > 0 AND estimated_cost IS NOT NULL",
+            (month,),
+        ).fetchall()
+    if not rows:
+        return "none"
+    short = [(cost - estimated) / cost for estimated, cost in rows if cost > estimated]
+    over = median(estimated / cost - 1 for estimated, cost in rows)
+    worst = f", by {max(short):.1%} at most" if short else ""
+    return f"{len(short)} of {len(rows)} short{worst}; median {over:+.0%} over the cost"
 
 
 def _estimate(month: str, posts: Path, project: Path, env: dict[str, str]) -> dict[str, Any]:

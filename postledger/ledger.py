@@ -45,7 +45,14 @@ from postledger.guards.spend import unpriced_budget
 from postledger.record import batch_chunks, counts_seen, history
 from postledger.record.analyses import keep_analysis
 from postledger.record.collector import collector_paused
-from postledger.record.db import BREAKERS, LedgerUnavailable, WriteLocks, create_schema, make_engine
+from postledger.record.db import (
+    BREAKERS,
+    LedgerUnavailable,
+    WriteLocks,
+    create_schema,
+    make_engine,
+    refresh_statistics,
+)
 from postledger.record.job_counts import JobCounts
 from postledger.record.migrate import check_current, current_revision
 from postledger.record.models import (
@@ -160,7 +167,9 @@ class Ledger(LedgerReads):
         out bad on the way (InputError) leaves the ledger as it was."""
         with collector_paused(), self._write(month) as (session, moves):
             keep_analysis(session, analysis)
-            return sync_posts(session, moves, month, posts, model=model, analysis=analysis)
+            report = sync_posts(session, moves, month, posts, model=model, analysis=analysis)
+        refresh_statistics(self.engine, report.new + report.changed)
+        return report
 
     def replan_unsent(self, month: str) -> int:
         """Dissolve batches planned by an earlier run but never sent: they cost nothing, and
@@ -181,7 +190,7 @@ class Ledger(LedgerReads):
         and so do posts with no paid attempt left under `max_attempts` (R15). The report
         lists the new batches unless `keep_batches` is false (a month's plan: only counted)."""
         with collector_paused(), self._write(month) as (session, moves):
-            return planning.plan_pending(
+            report = planning.plan_pending(
                 session,
                 moves,
                 month,
@@ -190,6 +199,8 @@ class Ledger(LedgerReads):
                 max_attempts=max_attempts,
                 keep_batches=keep_batches,
             )
+        refresh_statistics(self.engine, report.planned * max_posts)  # its posts moved, at most
+        return report
 
     # --- one batch's life ------------------------------------------------------------------
 
