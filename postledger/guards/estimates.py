@@ -76,16 +76,19 @@ def safe_rates(samples: Sequence[Sample]) -> EstimateRates:
     usable = [s for s in samples if s.asked_chars > 0 and s.asked_posts > 0 and s.input_tokens]
     if not usable:
         return ASSUMED
-    per_char = _high([Fraction(s.input_tokens, s.asked_chars) for s in usable])
-    per_post = _high([Fraction(s.output_tokens, s.asked_posts) for s in usable])
+    per_char = _high([(s.input_tokens, s.asked_chars) for s in usable])
+    per_post = _high([(s.output_tokens, s.asked_posts) for s in usable])
     return EstimateRates(per_char * HEADROOM, per_post * HEADROOM, len(usable))
 
 
-def _high(values: list[Fraction]) -> Fraction:
-    ordered = sorted(values)
+def _high(ratios: list[tuple[int, int]]) -> Fraction:
+    """The high end of these ratios (numerator, denominator), exactly. Ordered by their float
+    values (a Fraction each cost more than the read of the sends): two ratios of token counts
+    that close are the same rate for an estimate."""
+    ordered = sorted(ratios, key=lambda ratio: ratio[0] / ratio[1])
     if len(ordered) < QUANTILE_FROM:
-        return ordered[-1]
-    return ordered[math.ceil(HIGH_QUANTILE * len(ordered)) - 1]  # nearest rank
+        return Fraction(*ordered[-1])
+    return Fraction(*ordered[math.ceil(HIGH_QUANTILE * len(ordered)) - 1])  # nearest rank
 
 
 @dataclass(frozen=True)
