@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from postledger.ledger import Ledger
-from postledger.progress import ledger_forecast, money
+from postledger.progress import money
 from postledger.progress.status import progress_of, status_of, what_is_asked
 from postledger.record.models import Question
 from postledger.settings import Settings
@@ -55,32 +55,23 @@ def _paused(kind: Question, month: str, *, embedded: bool) -> str:
 
 
 class SpendAgainstForecast:
-    """The month's spend so far against its forecast: what it had committed when the run
-    first showed progress, plus the forecast of what was then left (`ledger_forecast`, worked
-    out once, from the ledger the run has written the month's posts to). Nothing to say
-    without a price for the model."""
+    """The month's spend so far against its forecast: what the month should cost in all, as
+    the run forecast it before sending and kept in the ledger. Nothing to say before the run
+    has kept it, or without a price for the model."""
 
-    def __init__(self, ledger: Ledger, month: str, settings: Settings) -> None:
-        self._ledger, self._month, self._settings = ledger, month, settings
-        self._forecast: int | None = None
-        self._tried = settings.price() is None
+    def __init__(self, ledger: Ledger, month: str) -> None:
+        self._ledger, self._month = ledger, month
 
     def words(self) -> str:
-        if not self._tried:
-            self._tried = True
-            try:
-                forecast = ledger_forecast(
-                    self._settings.resolved_database_url(), self._month, self._settings
-                )
-            except Exception:  # a progress line is never worth a failed run
-                return ""
-            if forecast.cost is not None:
-                self._forecast = forecast.committed + forecast.cost
-        if self._forecast is None:
+        try:
+            forecast = self._ledger.forecast_total(self._month)
+        except Exception:  # a progress line is never worth a failed run
+            return ""
+        if forecast is None:
             return ""
         spend = self._ledger.spend_totals(self._month)
         committed = spend["confirmed"] + spend["possible"] + spend["wasted"]
-        return f"spend {money(committed)} of {money(self._forecast)} forecast"
+        return f"spend {money(committed)} of {money(forecast)} forecast"
 
 
 class ProgressLines:
@@ -142,7 +133,7 @@ def progress_bar(
     # No live bar where the output is not a terminal (a log file, a pipe, cron): a line now
     # and then instead, so that a long run is never silent.
     lines = None if console.is_terminal else ProgressLines(month, total, console)
-    spend = SpendAgainstForecast(ledger, month, settings)
+    spend = SpendAgainstForecast(ledger, month)
 
     def refresh() -> None:
         while not stop.wait(0.5):

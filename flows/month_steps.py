@@ -132,6 +132,8 @@ def forecast_the_month(run: MonthRun) -> str | None:
         key=artifact_key(month, "forecast"),
         description=f"postledger {month}: what is left should cost, and take",
     )
+    total = None if forecast.cost is None else forecast.committed + forecast.cost
+    run.ledger.keep_forecast(month, total, forecast.work.posts)  # for the bar and `status`
     cost = "no price" if forecast.cost is None else money(forecast.cost)
     get_run_logger().info(
         "%s: forecast: %d posts in %d batches left, about %s",

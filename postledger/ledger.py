@@ -63,6 +63,7 @@ from postledger.record.models import (
     BreakerLevel,
     Charge,
     FailureKind,
+    ForecastRecord,
     PostRecord,
     PostStatus,
     Question,
@@ -523,6 +524,13 @@ class Ledger(LedgerReads):
         with self.plain() as reader:
             seen = history.sends_seen(reader, settings.model, LEARN_FROM)
         return Pricing.of(settings, safe_rates([Sample(*row) for row in seen]))
+
+    def keep_forecast(self, month: str, total: int | None, posts: int) -> None:
+        """The month's forecast, as the run worked it out before sending: what the month
+        should cost in all (None: no price), with `posts` left to send. The latest replaces
+        the one before."""
+        with self._write(month) as (session, _):
+            session.merge(ForecastRecord(month=month, total=total, posts=posts))
 
     def retry_failed(self, month: str, kinds: set[FailureKind] | None = None) -> int:
         """A person's decision: failed posts (of these kinds) are planned again."""

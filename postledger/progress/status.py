@@ -116,6 +116,9 @@ def status(reader: Reader, month: str) -> dict[str, Any] | None:
             **spend,
             "unit": "confirmed, possible, wasted: micro-units (1000000 = 1 currency unit)",
             "shown": {k: money(spend[k]) for k in ("confirmed", "possible", "wasted")},
+            # What the month should cost in all, as its latest run forecast it before sending.
+            "forecast": (forecast := figures.forecast_total(reader, month)),
+            "forecast_shown": None if forecast is None else money(forecast),
             # Every batch went to `postledger run`'s bundled simulator: nothing was paid.
             "simulated": batches.upstreams == {BUNDLED_SIMULATOR},
         },

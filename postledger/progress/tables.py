@@ -28,6 +28,9 @@ def status_table(report: dict[str, Any]) -> Table:
     table.add_row("batches in flight", str(report["batches"][BatchStatus.RUNNING.value]))
     shown = report["spend"]["shown"]
     table.add_row("spend confirmed / possible / wasted", " / ".join(shown.values()))
+    if (forecast := report["spend"].get("forecast_shown")) is not None:
+        committed = sum(report["spend"][k] for k in ("confirmed", "possible", "wasted"))
+        table.add_row("spend against forecast", f"{money(committed)} of {forecast}")
     if report["spend"]["simulated"]:
         table.add_row("spend", SIMULATED_SPEND)
     retries = report["retries"]

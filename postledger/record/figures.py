@@ -184,6 +184,13 @@ def batch_figures(reader: Reader, month: str) -> BatchFigures:
     )
 
 
+def forecast_total(reader: Reader, month: str) -> int | None:
+    """What the month should cost in all, as its latest run forecast it (None: no forecast
+    kept, or no price)."""
+    row = reader.rows("SELECT total FROM forecasts WHERE month = ?", month)
+    return int(row[0][0]) if row and row[0][0] is not None else None
+
+
 def spend_totals(reader: Reader, month: str) -> dict[str, int]:
     """The month's spend as `postledger.guards.charges.spend_summary` says it of the same rows
     (confirmed, possible and wasted micro-units, submissions, refunded ones, tokens)."""

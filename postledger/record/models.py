@@ -333,6 +333,19 @@ class SpendRecord(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_when())
 
 
+class ForecastRecord(SQLModel, table=True):
+    """What the month should cost in all, as its latest run forecast it before sending
+    (`postledger.progress.forecast`): what it had committed then, plus the forecast of what was
+    left. The live bar and `postledger status` set the spend against it (migration 0018)."""
+
+    __tablename__ = "forecasts"
+
+    month: str = Field(primary_key=True, max_length=7)
+    total: int | None = None  # micro-units; None: no price for the model
+    posts: int  # left to send when it was made
+    made_at: datetime = Field(default_factory=utcnow, sa_column=_when())
+
+
 class MonthRunRecord(SQLModel, table=True):
     """Which run is processing a month now: one at a time, or a second run would take the
     first one's batches in flight for interrupted ones (and could pay for them twice)."""

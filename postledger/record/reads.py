@@ -295,6 +295,11 @@ class LedgerReads:
         with self.plain() as reader:
             return figures.spend_totals(reader, month)
 
+    def forecast_total(self, month: str) -> int | None:
+        """What the month should cost in all, as its latest run forecast it (None: none)."""
+        with self.plain() as reader:
+            return figures.forecast_total(reader, month)
+
     def events(self, month: str) -> list[EventRecord]:
         with self._read() as session:
             return list(

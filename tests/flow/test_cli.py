@@ -118,10 +118,13 @@ def test_run_then_status_in_a_fresh_folder(tmp_path: Path) -> None:
     assert report["counts"]["completed"] == 300
     assert report["unfinished"] == 0
     assert report["spend"]["simulated"] is True  # every batch went to the bundled simulator
+    assert report["spend"]["forecast"] > 0  # as the run forecast the month before sending
 
     table = postledger("status", "--month", "2026-10", "--failed", cwd=tmp_path)
     assert "completed" in table.stdout and "300" in table.stdout
     assert "No post of 2026-10 has failed." in table.stdout
+    against = r"spend against forecast\s*│\s*0\.\d{6} of 0\.\d{6}"
+    assert re.search(against, table.stdout), table.stdout
     assert "simulated: the bundled simulator, nothing paid" in one_line(table.stdout)
 
     written = postledger("report", "--month", "2026-10", "--out", "out", cwd=tmp_path)

@@ -56,6 +56,8 @@ def test_a_forecast_with_history_is_within_a_tenth_of_what_the_month_costs(
     actual = sum(row.cost or 0 for row in rows)
     forecast = warm["costs"][0]["cost"]
     assert abs(forecast - actual) * 10 <= actual, (forecast, actual)
+    # The run kept the same forecast, made before it sent, for the live bar and `status`.
+    assert ledger.forecast_total("2026-10") == warm["committed"] + forecast
 
     done = forecast_of("2026-10", second)
     assert (done["posts"], done["batches"], done["costs"][0]["cost"]) == (0, 0, 0)
