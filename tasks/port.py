@@ -85,7 +85,7 @@ class PrefectPort:
         job_id: str,
         batch_ids: Sequence[str],
         seconds: float,
-        poll_from: float = 0.0,
+        followed_for: float = 0.0,
     ) -> JobLook:
         seen: JobLook = await self._read(
             wait_for_upstream_job,
@@ -93,7 +93,7 @@ class PrefectPort:
             job_id,
             batch_ids,
             seconds,
-            poll_from,
+            followed_for,
             self._settings,
             self._ledger_url,
             self._holder,

@@ -159,7 +159,7 @@ async def wait_for_upstream_job(
     job_id: str,
     batch_ids: Sequence[str],
     seconds: float,
-    poll_from: float,
+    followed_for: float,
     settings: Settings,
     ledger_url: str,
     holder: str | None = None,
@@ -174,7 +174,8 @@ async def wait_for_upstream_job(
             batch_ids,
             seconds,
             clock=REAL_CLOCK,
-            poll_interval=max(settings.poll_interval, poll_from),
+            poll_interval=settings.poll_interval,
+            followed_for=followed_for,
         )
 
 

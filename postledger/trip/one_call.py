@@ -87,17 +87,21 @@ async def wait_for_job(
     *,
     clock: Clock,
     poll_interval: float,
+    followed_for: float = 0.0,
 ) -> JobLook:
-    """Look at a job until it ends, a look gives no verdict, or `seconds` pass; the wait
-    between looks grows from `poll_interval` up to the upstream's longest."""
+    """Look at a job until it ends, a look gives no verdict, or `seconds` pass. Between two
+    looks, a tenth of the time the job has been followed (`followed_for` before this call),
+    from `poll_interval` up to the upstream's longest: a job is seen ended at most a tenth
+    of its time late (a 60 s job, ~6 s), and a day-long one is not looked at every second."""
+    started = clock.monotonic() - followed_for
     give_up = clock.monotonic() + seconds
-    interval = min(poll_interval, upstream.max_poll_interval or poll_interval)
+    longest = upstream.max_poll_interval or poll_interval
     while True:
         look = await upstream.look_job(job_id, batch_ids)
         if not isinstance(look, Running) or clock.monotonic() >= give_up:
             return look
+        interval = min(max(poll_interval, (clock.monotonic() - started) / 10), longest)
         await clock.sleep(min(interval, max(give_up - clock.monotonic(), 0.0)))
-        interval = min(interval * 1.5, upstream.max_poll_interval or interval)
 
 
 def no_verdict_of(exc: TransportError) -> NoVerdict:

@@ -55,11 +55,11 @@ class UpstreamPort(Protocol):
         job_id: str,
         batch_ids: Sequence[str],
         seconds: float,
-        poll_from: float = 0.0,
+        followed_for: float = 0.0,
     ) -> JobLook:
         """Look at the job until it ends or `seconds` pass: ended (each batch's line), or no
-        verdict, as soon as one look gives either. `poll_from`: the wait between two looks to
-        start from (a job followed for long is looked at less often)."""
+        verdict, as soon as one look gives either. `followed_for`: how long the job has been
+        followed before this call (a job followed for long is looked at less often)."""
         ...
 
     async def find_job(self, wanted: JobWanted) -> Found | NoVerdict:

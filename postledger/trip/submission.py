@@ -218,11 +218,10 @@ async def _follow_job(
     started = trip.clock.monotonic()
 
     async def look(batch_ids: Sequence[str], seconds: float) -> JobLook:
-        # A look lasts a minute at most (the counts are kept between two), so the wait
-        # between polls starts again from how long the job has been followed: about as
-        # often as one long look would poll it.
+        # A look lasts a minute at most (the counts are kept between two): the next one
+        # goes on from how long the job has been followed, as one long look would.
         waited = trip.clock.monotonic() - started
-        return await trip.port.wait_job(submission_id, job_id, batch_ids, seconds, waited / 2)
+        return await trip.port.wait_job(submission_id, job_id, batch_ids, seconds, waited)
 
     await follow(trip, batches, job_id, look, outcomes)
 

@@ -118,7 +118,7 @@ class DirectPort:
         job_id: str,
         batch_ids: Sequence[str],
         seconds: float,
-        poll_from: float = 0.0,
+        followed_for: float = 0.0,
     ) -> JobLook:
         async def look(client: Upstream) -> JobLook:
             return await one_call.wait_for_job(
@@ -127,7 +127,8 @@ class DirectPort:
                 batch_ids,
                 seconds,
                 clock=self.clock,
-                poll_interval=max(self.settings.poll_interval, poll_from),
+                poll_interval=self.settings.poll_interval,
+                followed_for=followed_for,
             )
 
         try:

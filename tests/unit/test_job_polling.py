@@ -1,7 +1,8 @@
 """How often a running Batch API job is looked at (`postledger.trip.one_call.wait_for_job`): the
-wait between two looks grows from where it is told to start up to the upstream's longest, so a
-job followed through many short looks (each at most `progress_every`, for its counts) is polled
-about as often as one long look would poll it."""
+wait between two looks is a tenth of the time the job has been followed, from the settings'
+poll interval up to the upstream's longest. So a job is seen ended at most about a tenth of
+its time late, and a job followed through many short looks (each at most `progress_every`,
+for its counts) is polled as one long look would poll it."""
 
 from __future__ import annotations
 
@@ -11,39 +12,73 @@ from collections.abc import Sequence
 import pytest
 
 from postledger.trip.one_call import wait_for_job
-from postledger.upstreams.calls import JobLook, Running
+from postledger.upstreams.calls import JobEnded, JobLook, Running
 from tests.support.trip_port import FakeClock
 
 pytestmark = pytest.mark.unit
 
 
-class StillRunning:
-    """A job that runs for ever, counting the looks at it."""
+class Job:
+    """A job that ends `ends_after` seconds after it is first looked at (never: None),
+    counting the looks at it."""
 
     max_poll_interval: float | None = 30.0
 
-    def __init__(self) -> None:
-        self.looks = 0
+    def __init__(self, clock: FakeClock, ends_after: float | None = None) -> None:
+        self.clock, self.ends_after = clock, ends_after
+        self.looks: list[float] = []
 
     async def look_job(self, job_id: str, batch_ids: Sequence[str]) -> JobLook:
-        self.looks += 1
+        self.looks.append(self.clock.monotonic())
+        if self.ends_after is not None and self.looks[-1] - self.looks[0] >= self.ends_after:
+            return JobEnded(lines={})
         return Running()
 
 
-def looks_in_a_minute(poll_interval: float) -> int:
-    job, clock = StillRunning(), FakeClock()
+def looks_in_a_minute(poll_interval: float, followed_for: float = 0.0) -> int:
+    clock = FakeClock()
+    job = Job(clock)
     seen = asyncio.run(
-        wait_for_job(job, "batch_1", ["b1"], 60.0, clock=clock, poll_interval=poll_interval)  # type: ignore[arg-type]
+        wait_for_job(
+            job,  # type: ignore[arg-type]
+            "batch_1",
+            ["b1"],
+            60.0,
+            clock=clock,
+            poll_interval=poll_interval,
+            followed_for=followed_for,
+        )
     )
     assert isinstance(seen, Running) and clock.slept == pytest.approx(60.0)
-    return job.looks
+    return len(job.looks)
 
 
 def test_a_new_job_is_looked_at_often_and_then_less() -> None:
-    assert looks_in_a_minute(0.5) == 12  # 0.5 s, growing by half each time, up to 30 s
+    # Every 0.5 s for its first 5 s, then a tenth of its age: 38 looks in its first minute.
+    assert looks_in_a_minute(0.5) == 38
 
 
 def test_a_job_followed_for_long_is_looked_at_as_seldom_as_the_upstream_allows() -> None:
-    # Ten minutes into a job, a new look starts from 5 minutes: held to 30 s (the longest).
-    assert looks_in_a_minute(300.0) == 3
-    assert looks_in_a_minute(20.0) == 4  # 20 s, then 30 s, then what is left of the minute
+    # Ten minutes into a job, the next look waits the longest the upstream allows (30 s).
+    assert looks_in_a_minute(0.5, followed_for=600.0) == 3
+    # A minute in: 6 s, growing with the job.
+    assert looks_in_a_minute(0.5, followed_for=60.0) == 9
+
+
+@pytest.mark.parametrize("ends_after", [10.0, 60.0, 61.0, 300.0, 3_600.0])
+def test_a_job_is_seen_ended_at_most_a_tenth_of_its_time_late(ends_after: float) -> None:
+    clock = FakeClock()
+    job = Job(clock, ends_after=ends_after)
+    seen = asyncio.run(
+        wait_for_job(
+            job,  # type: ignore[arg-type]
+            "batch_1",
+            ["b1"],
+            86_400.0,
+            clock=clock,
+            poll_interval=0.5,
+        )
+    )
+    assert isinstance(seen, JobEnded)
+    late = (job.looks[-1] - job.looks[0]) - ends_after
+    assert 0 <= late <= max(0.5, min(ends_after / 10 + 0.1, 30.0)), late
