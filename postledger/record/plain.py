@@ -8,6 +8,7 @@ given to a `Reader` is plain SQL with `?` placeholders, the same on SQLite and P
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -61,6 +62,22 @@ class Reader:
         try:
             cursor.execute(sql.replace("?", "%s") if self._postgres else sql, params)
             return [tuple(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def stream(self, sql: str, *params: object, size: int = 10_000) -> Iterator[tuple[Any, ...]]:
+        """The rows `size` at a time, never all held at once (a month's posts are a million):
+        on PostgreSQL through a server-side cursor, which the client would otherwise buffer
+        whole. Read it to its end before the next query."""
+        cursor = (
+            self._connection.cursor(name=f"postledger_{uuid.uuid4().hex}")
+            if self._postgres
+            else self._connection.cursor()
+        )
+        try:
+            cursor.execute(sql.replace("?", "%s") if self._postgres else sql, params)
+            while batch := cursor.fetchmany(size):
+                yield from (tuple(row) for row in batch)
         finally:
             cursor.close()
 
