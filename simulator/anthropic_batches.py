@@ -93,14 +93,17 @@ class _Shared:
 
 def _run(
     state: AnthropicBatchState,
-    batch_id: str,
+    batch: MessageBatch,
     item: dict[str, Any],
     faulted: bool,
     shared: _Shared,
     answers: TextIO,
 ) -> BatchRequest:
     """One request of a batch, run, its results line written to `answers` (if it runs);
-    `faulted=False`: it meets no task or output fault."""
+    `faulted=False`: it meets no task or output fault. Its latency runs from the batch's
+    create, as every request of a Message Batch is the provider's from then: however long the
+    simulator takes to get to it, a batch of 60 s requests ends 60 s after its create."""
+    batch_id, now = batch.id, batch.started
     upstream, faults = state.upstream, state.faults
     custom_id, params = item["custom_id"], item["params"]
     system = {"role": "system", "content": system_text(params.get("system"))}
@@ -112,7 +115,7 @@ def _run(
         faults.decide(Route.TASK, batch_id=batch_id, custom_id=custom_id) if faulted else None
     )
     if task_fault is not None and task_fault.fault in _FATE:
-        now = time.monotonic()  # it never runs: no task upstream, nothing billed
+        # It never runs: no task upstream, nothing billed.
         unbilled = SimTask(
             f"task_{uuid.uuid4().hex}",
             None,
@@ -132,7 +135,7 @@ def _run(
         prompt=prompt,
         posts=posts,
         idempotency_key=custom_id,  # written in the charge log only: no keys here
-        now=time.monotonic(),
+        now=now,
         on_new=spoiled_by(faults, batch_id=batch_id, custom_id=custom_id) if faulted else None,
         honour_key=False,
         schema=shared.one(messages_item_schema(params)),
@@ -169,7 +172,7 @@ def _running(
     try:
         with answers.open("w", encoding="utf-8") as out:
             for item in body.requests():
-                batch.requests.append(_run(state, batch.id, item, faulted, shared, out))
+                batch.requests.append(_run(state, batch, item, faulted, shared, out))
                 if len(batch.requests) % _SLICE == 0:
                     yield
     except BaseException:
