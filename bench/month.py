@@ -67,6 +67,7 @@ def main() -> int:
         f"{'ideal':>7s} {'CPU':>8s} {'CPU/batch':>10s} {'jobs':>5s}  ended"
     )
     fixed: float | None = None  # the CPU of a one-batch month: start, end, one batch
+    fixed_ours: float | None = None  # of it, the run's and its Prefect server's
     for count in [args.baseline, *args.counts]:
         project = work / f"month-{count}"
         project.mkdir()
@@ -115,8 +116,23 @@ def main() -> int:
             f"{cpu:7.1f}s {per_batch:>10s} {jobs:5d}  {ended}",
             flush=True,
         )
+        cpus = {name[4:]: peaks.pop(name) for name in list(peaks) if name.startswith("cpu ")}
         shown = ", ".join(f"{name} {mb:.0f} MB" for name, mb in sorted(peaks.items()))
         print(f"{'':7s} peak RSS per process: {shown}", flush=True)
+        # Ours (the run and its Prefect server) apart from the simulator, which stands in for
+        # the provider: CPU seconds, and beyond the one-batch month per batch.
+        ours = cpus.get("run", 0.0) + cpus.get("prefect server", 0.0)
+        beyond = (
+            ""
+            if fixed_ours is None
+            else (
+                f"; beyond the one-batch month {1000 * (ours - fixed_ours) / (len(batches) - 1):.1f}"
+                " ms a batch"
+            )
+        )
+        fixed_ours = ours if fixed_ours is None else fixed_ours
+        said = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(cpus.items()))
+        print(f"{'':7s} CPU per process: {said}; run + Prefect server {ours:.1f} s{beyond}")
     return 0
 
 
@@ -133,7 +149,8 @@ def _ledger_url(url: str | None, count: int, project: Path) -> str:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
-    """Run `postledger ARGS`; the peak RSS (MB) of each process of its tree, by name."""
+    """Run `postledger ARGS`; the peak RSS (MB) of each process of its tree, by name (and, under
+    `cpu <name>`, its CPU seconds as last sampled, up to half a second before it ended)."""
     with subprocess.Popen(
         [sys.executable, "-m", "cli", *args],
         cwd=cwd,
@@ -176,6 +193,12 @@ def _watch(process: subprocess.Popen[str], peaks: dict[str, float]) -> None:
             if hwm:
                 name = f"{_name(command)} ({pid})"
                 peaks[name] = max(peaks.get(name, 0.0), int(hwm.split()[1]) / 1024)
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                peaks[f"cpu {_name(command)}"] = max(peaks.get(f"cpu {_name(command)}", 0), used)
         time.sleep(0.5)
 
 
