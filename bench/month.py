@@ -122,14 +122,10 @@ def main() -> int:
         # Ours (the run and its Prefect server) apart from the simulator, which stands in for
         # the provider: CPU seconds, and beyond the one-batch month per batch.
         ours = cpus.get("run", 0.0) + cpus.get("prefect server", 0.0)
-        beyond = (
-            ""
-            if fixed_ours is None
-            else (
-                f"; beyond the one-batch month {1000 * (ours - fixed_ours) / (len(batches) - 1):.1f}"
-                " ms a batch"
-            )
-        )
+        beyond = ""
+        if fixed_ours is not None:
+            each = 1000 * (ours - fixed_ours) / (len(batches) - 1)
+            beyond = f"; beyond the one-batch month {each:.1f} ms a batch"
         fixed_ours = ours if fixed_ours is None else fixed_ours
         said = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(cpus.items()))
         print(f"{'':7s} CPU per process: {said}; run + Prefect server {ours:.1f} s{beyond}")
