@@ -7,6 +7,7 @@ from prefect import get_run_logger
 
 from postledger.ledger import Ledger, PostStatus
 from postledger.settings import Settings
+from processes.memory import give_back_freed_memory
 
 
 def work_left(ledger: Ledger, month: str, skip: set[str]) -> bool:
@@ -36,6 +37,7 @@ def plan_due_work(ledger: Ledger, month: str, settings: Settings) -> None:
         )
         if pending >= LONG_STEP_POSTS:
             get_run_logger().info("%s: %d batches planned", month, plan.planned)
+            give_back_freed_memory()  # the sync's and plan's chunks, before the jobs run
         if plan.too_long:
             get_run_logger().warning(
                 "%d posts longer than max_batch_chars: not sent", plan.too_long
