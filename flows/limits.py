@@ -1,4 +1,4 @@
-"""The global ceiling on batches in flight: Prefect's task-tag concurrency limit."""
+"""The global ceiling on batches in flight: Prefect's task tag concurrency limit."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ free loopback port, like Prefect's ephemeral mode, with one fix for SQLite.
 
 Why the fix: Prefect 3.9 opens the write transactions of its concurrency-limit endpoints
 (`/v2/concurrency_limits/increment-with-lease`, …) in SQLite's DEFERRED mode. When another
-connection writes between the endpoint's SELECT and its UPDATE (task-run records, events, the
+connection writes between the endpoint's SELECT and its UPDATE (task run records, events, the
 other batch releasing its slot), SQLite refuses the read-to-write upgrade at once — the busy
 timeout is not consulted — the server answers 503, and the client sleeps 2 s before retrying.
 Measured: two `ai-batch` slots kept busy only 30–40 % of the time. Opening every explicit

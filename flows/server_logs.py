@@ -23,7 +23,7 @@ _BEHIND = (
     "not affected)"
 )
 _STOPPED = (
-    "Prefect's server stopped with task-run events not yet recorded: Prefect's record of this "
+    "Prefect's server stopped with task run events not yet recorded: Prefect's record of this "
     "run is incomplete (the ledger, which decides every batch, is not affected)"
 )
 
@@ -47,7 +47,7 @@ class DroppedEvents(logging.Filter):
 
 
 class CutShort(logging.Filter):
-    """The task-run recorder's flush cancelled by the server's stop: one plain line, no
+    """The task run recorder's flush cancelled by the server's stop: one plain line, no
     traceback. Any other error of the recorder is left as Prefect logs it."""
 
     def __init__(self) -> None:

@@ -105,7 +105,7 @@ def _flow_run_of(client: SyncPrefectClient, task_run_id: UUID) -> UUID | None:
 
 
 def _unleased_slots(client: SyncPrefectClient, name: str, tag: str) -> int:
-    """Slots counted by the limit minus slots backed by an unexpired task-run lease."""
+    """Slots counted by the limit minus slots backed by an unexpired task run lease."""
     # Read the count on both sides of the holder list and keep the smaller: a release that
     # lands in between then cannot make a live slot look unleased.
     before = client.read_global_concurrency_limit_by_name(name).active_slots

@@ -6,7 +6,7 @@ the full traceback, then its Failed final state as a second ERROR. The trip hand
 that fault (no verdict waits for the next look; a refusal is classified; the breaker counts
 it), so a person reading the run would see a crash where the system did what it should.
 
-This filter, on Prefect's task-run logger, turns those records of our one-call task runs into
+This filter, on Prefect's task run logger, turns those records of our one-call task runs into
 one WARNING line in plain words, without the traceback. A `process-batch` or
 `process-submission` task run that ends Failed (the batch failed, or waits uncertain) is a
 business outcome too: its "Finished in state Failed" line is a WARNING, and the line before it
@@ -71,7 +71,7 @@ def _plainly(record: logging.LogRecord, message: str) -> None:
 
 
 def say_handled_faults_plainly() -> None:
-    """Install the filter on Prefect's task-run logger, once per process (a flow run calls
+    """Install the filter on Prefect's task run logger, once per process (a flow run calls
     this as it starts: its task runs log in its process)."""
     from tasks import upstream_calls as calls
     from tasks.batch import process_batch

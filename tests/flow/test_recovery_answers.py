@@ -254,7 +254,7 @@ def test_a_batch_that_changed_after_the_answer_is_asked_about_again(
     _approve_with_no_run_waiting(ledger, resubmit=True)
     # After the yes, the changed batch's task is found upstream: it now needs a poll (free),
     # not a resubmission, and nobody was shown that.
-    ledger.record_task_id(changed, "task-9", adopted="found upstream by its metadata")
+    ledger.record_task_id(changed, "task_9", adopted="found upstream by its metadata")
 
     run = Run(monkeypatch, ledger)
     if replied:  # the form's answer is newer: it decides for every batch it shows

@@ -205,7 +205,7 @@ def test_a_probe_left_uncertain_does_not_hold_the_upstream_forever(ledger_url: s
     ledger.leases.claim(MONTH, "run-a")
     _probe(ledger)
     batch, sent = started(ledger.mark_running(a1, UPSTREAM, holder="run-a"))
-    ledger.record_task_id(a1, "task-1")
+    ledger.record_task_id(a1, "task_1")
     limited = Failure(FailureKind.RATE_LIMITED, "HTTP 429 while polling", Reach.NEVER)
     decision = after_failure(
         ledger.batch(a1), sent, limited, idempotent=False, limits=Limits(), now=utcnow()
@@ -244,11 +244,11 @@ def test_a_run_that_lost_its_month_writes_nothing_more_of_it(ledger_url: str) ->
     first, _ = planned(ledger, MONTH, 4, max_posts=2)
     ledger.leases.claim(MONTH, "run-a")
     ledger.mark_running(first, holder="run-a")
-    ledger.record_task_id(first, "task-1", holder="run-a")
+    ledger.record_task_id(first, "task_1", holder="run-a")
     take_over(ledger, "run-b")
     before = [(e.seq, e.why) for e in ledger.events(MONTH)]
     writes: list[Callable[[], object]] = [
-        lambda: ledger.record_task_id(first, "task-2", holder="run-a"),
+        lambda: ledger.record_task_id(first, "task_2", holder="run-a"),
         lambda: ledger.count_request_retry(first, holder="run-a"),
         lambda: ledger.count_gateway_retries(first, 1, holder="run-a"),
         lambda: ledger.save_output(first, "[]", None, holder="run-a"),
@@ -258,7 +258,7 @@ def test_a_run_that_lost_its_month_writes_nothing_more_of_it(ledger_url: str) ->
             write()
     batch = ledger.batch(first)
     assert (batch.upstream_task_id, batch.request_retries, batch.gateway_retries) == (
-        "task-1",
+        "task_1",
         0,
         0,
     )
@@ -346,14 +346,14 @@ def test_importing_the_same_spill_twice_counts_each_record_once(
     ledger.mark_running(batch_id)
     spill = Spill(tmp_path / "spill-2026-10.jsonl")
     spill.add(SpillKind.REQUEST_RETRY, batch_id)
-    spill.add(SpillKind.TASK_ID, batch_id, task_id="task-1")
+    spill.add(SpillKind.TASK_ID, batch_id, task_id="task_1")
     records = spill.records()
     spill.path.unlink()
     # A crash between the import and moving the file aside: the next run reads it again.
     assert ledger.import_spill(records) == 2
     assert ledger.import_spill(records) == 0
     batch = ledger.batch(batch_id)
-    assert (batch.request_retries, batch.upstream_task_id) == (1, "task-1")
+    assert (batch.request_retries, batch.upstream_task_id) == (1, "task_1")
     ledger.close()
 
 
@@ -361,8 +361,8 @@ def test_a_spill_that_cannot_be_written_says_the_paid_fact_out_loud(tmp_path: Pa
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the spill folder should be")
     spill = Spill(blocker / "spill-2026-10.jsonl")
-    with pytest.raises(SpillFailed, match="task-42") as failed:
-        spill.add(SpillKind.TASK_ID, f"{MONTH}-b0007", task_id="task-42")
+    with pytest.raises(SpillFailed, match="task_42") as failed:
+        spill.add(SpillKind.TASK_ID, f"{MONTH}-b0007", task_id="task_42")
     assert f"{MONTH}-b0007" in str(failed.value) and "could be polled" not in str(failed.value)
 
 

@@ -41,7 +41,7 @@ def _an_interrupted_month(url: str) -> Ledger:
     sent, polled, saved, _ = ledger.plan(MONTH, max_posts=2, max_chars=1000).batches
     for batch in (sent, polled, saved):
         ledger.mark_running(batch.batch_id, pricing=priced(PRICE))
-    ledger.record_task_id(polled.batch_id, "task-42")
+    ledger.record_task_id(polled.batch_id, "task_42")
     ledger.save_output(saved.batch_id, "[]", {"input_tokens": 1, "output_tokens": 1}, PRICE)
     changed = [*posts[:1], Post("p1", "post 1, edited", 2), *posts[2:]]
     ledger.sync_posts(MONTH, changed, model="m", analysis=asked())

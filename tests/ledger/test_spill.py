@@ -24,7 +24,7 @@ BATCH, OTHER_BATCH = f"{MONTH}-b0001", f"{MONTH}-b0002"
 def torn(tmp_path: Path, **facts: Any) -> bytes:
     """The first half of a record's bytes, as a write cut by a full disk leaves them."""
     scratch = Spill(tmp_path / "scratch" / "whole.jsonl")
-    scratch.add(SpillKind.OUTPUT, BATCH, task_id="task-torn", **facts)
+    scratch.add(SpillKind.OUTPUT, BATCH, task_id="task_torn", **facts)
     whole = scratch.path.read_bytes()
     return whole[: len(whole) // 2]
 
@@ -46,10 +46,10 @@ def test_a_torn_line_in_the_middle_is_kept_aside_and_the_records_after_it_import
     tmp_path: Path,
 ) -> None:
     spill = Spill(tmp_path / "spill-2026-10.jsonl")
-    spill.add(SpillKind.TASK_ID, BATCH, task_id="task-1")
+    spill.add(SpillKind.TASK_ID, BATCH, task_id="task_1")
     half = torn(tmp_path, output="[]", usage={"input_tokens": 3})
     append(spill, half + b"\n")  # cut short, then the next record on a line of its own
-    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task-2")
+    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task_2")
     spill.add(SpillKind.REQUEST_RETRY, OTHER_BATCH)
 
     taken = take_all(spill)  # before: SpillError, "fix or remove that line", nothing imported
@@ -72,33 +72,33 @@ def test_a_record_added_after_a_write_cut_mid_line_starts_on_its_own_line(
     tmp_path: Path,
 ) -> None:
     spill = Spill(tmp_path / "spill-2026-10.jsonl")
-    spill.add(SpillKind.TASK_ID, BATCH, task_id="task-1")
+    spill.add(SpillKind.TASK_ID, BATCH, task_id="task_1")
     half = torn(tmp_path, output="[]", usage=None)
     append(spill, half)  # the disk was full: no newline after it
 
-    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task-2")
+    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task_2")
 
     lines = spill.path.read_bytes().split(b"\n")
     assert lines[1] == half and lines[-1] == b""
-    assert json.loads(lines[2])["task_id"] == "task-2"  # not glued onto the torn bytes
+    assert json.loads(lines[2])["task_id"] == "task_2"  # not glued onto the torn bytes
     taken = take_all(spill)
-    assert taken is not None and [r["task_id"] for r in taken] == ["task-1", "task-2"]
+    assert taken is not None and [r["task_id"] for r in taken] == ["task_1", "task_2"]
     assert spill.kept_aside is not None
     assert spill.kept_aside.path.read_bytes() == half + b"\n"
 
 
 def test_a_record_whose_checksum_does_not_match_is_kept_aside(tmp_path: Path) -> None:
     spill = Spill(tmp_path / "spill-2026-10.jsonl")
-    spill.add(SpillKind.TASK_ID, BATCH, task_id="task-1")
-    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task-2")
+    spill.add(SpillKind.TASK_ID, BATCH, task_id="task_1")
+    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task_2")
     good, changed = spill.path.read_bytes().splitlines(keepends=True)
-    damaged = changed.replace(b'"task-2"', b'"task-7"')  # still JSON, still a record
-    assert json.loads(damaged)["task_id"] == "task-7"
+    damaged = changed.replace(b'"task_2"', b'"task_7"')  # still JSON, still a record
+    assert json.loads(damaged)["task_id"] == "task_7"
     spill.path.write_bytes(good + damaged)
 
     taken = take_all(spill)
 
-    assert taken is not None and [r["task_id"] for r in taken] == ["task-1"]
+    assert taken is not None and [r["task_id"] for r in taken] == ["task_1"]
     assert spill.kept_aside is not None and spill.kept_aside.lines == (2,)
     assert spill.kept_aside.path.read_bytes() == damaged
 
@@ -110,16 +110,16 @@ def test_a_record_of_an_earlier_version_without_a_checksum_is_read(tmp_path: Pat
         "kind": "output",
         "batch_id": BATCH,
         "at": "2026-10-03T10:00:00+00:00",
-        "task_id": "task-old",
+        "task_id": "task_old",
         "output": "[«non-ASCII, as earlier versions wrote it»]",
         "usage": {"input_tokens": 3},
     }
     spill.path.write_text(json.dumps(old, ensure_ascii=False) + "\n", encoding="utf-8")
-    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task-new")
+    spill.add(SpillKind.TASK_ID, OTHER_BATCH, task_id="task_new")
 
     taken = take_all(spill)
 
-    assert taken is not None and [r["task_id"] for r in taken] == ["task-old", "task-new"]
+    assert taken is not None and [r["task_id"] for r in taken] == ["task_old", "task_new"]
     assert taken[0]["output"] == old["output"] and "check" in taken[1]
     assert spill.kept_aside is None and not damaged_file(spill).exists()
 
@@ -128,7 +128,7 @@ def test_damaged_bytes_are_kept_exactly_and_the_file_is_appended_to_never_overwr
     tmp_path: Path,
 ) -> None:
     spill = Spill(tmp_path / "spill-2026-10.jsonl")
-    spill.add(SpillKind.TASK_ID, BATCH, task_id="task-1")
+    spill.add(SpillKind.TASK_ID, BATCH, task_id="task_1")
     # Cut inside a character (an earlier version wrote non-ASCII as is), then a last line
     # with no newline at all: neither is UTF-8 JSON, both are kept byte for byte.
     first = '{"id": "1", "kind": "output", "batch_id": "2026-10-b0001", "output": "é'.encode()[:-1]
@@ -137,11 +137,11 @@ def test_damaged_bytes_are_kept_exactly_and_the_file_is_appended_to_never_overwr
     take_all(spill)
     assert damaged_file(spill).read_bytes() == first + b"\n" + last
 
-    spill.add(SpillKind.TASK_ID, BATCH, task_id="task-2")  # the month's next spill file
+    spill.add(SpillKind.TASK_ID, BATCH, task_id="task_2")  # the month's next spill file
     append(spill, b"\x00\x00\x00\n")  # a block a crash left zeroed
     taken = take_all(spill)
 
-    assert taken is not None and [r["task_id"] for r in taken] == ["task-2"]
+    assert taken is not None and [r["task_id"] for r in taken] == ["task_2"]
     assert damaged_file(spill).read_bytes() == first + b"\n" + last + b"\n" + b"\x00\x00\x00\n"
 
 
@@ -173,14 +173,14 @@ def test_a_torn_spill_line_keeps_no_paid_task_id_out_of_the_ledger_and_imports_o
     spill.add(SpillKind.REQUEST_RETRY, batch_id)
     half = torn(tmp_path, output="[]", usage={"input_tokens": 3})
     append(spill, half)  # a write the full disk cut short
-    spill.add(SpillKind.TASK_ID, batch_id, task_id="task-7")
+    spill.add(SpillKind.TASK_ID, batch_id, task_id="task_7")
     as_left = spill.path.read_bytes()
 
     taken, kept = import_spill(ledger, spill)
 
     assert taken == 2
     batch = ledger.batch(batch_id)
-    assert (batch.upstream_task_id, batch.request_retries) == ("task-7", 1)
+    assert (batch.upstream_task_id, batch.request_retries) == ("task_7", 1)
     assert kept is not None and kept.lines == (2,)
     assert kept.path.read_bytes() == half + b"\n"
     said = kept.message()

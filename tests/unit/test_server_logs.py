@@ -43,7 +43,7 @@ def test_a_flush_cut_short_by_the_stop_is_one_line_without_a_traceback() -> None
     first = _record("Error flushing 1 events", level=logging.ERROR, error=cancelled_then_failed())
     assert cut.filter(first)
     assert first.exc_info is None and first.levelno == logging.WARNING
-    assert "stopped with task-run events not yet recorded" in first.getMessage()
+    assert "stopped with task run events not yet recorded" in first.getMessage()
     again = _record("Error flushing 1 events", level=logging.ERROR, error=cancelled_then_failed())
     assert not cut.filter(again)  # said once
     other = _record("Error flushing 3 events", level=logging.ERROR, error=ValueError("bad row"))
