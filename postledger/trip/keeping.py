@@ -53,11 +53,13 @@ class Trip:
     @cached_property
     def pricing(self) -> Pricing:
         """What the trip's sends are priced by: read once a trip, its estimate's rates learned
-        from the ledger's confirmed sends so far (the assumed ones if it cannot be read: the
-        marking that needs them then fails on its own)."""
+        from the ledger's confirmed sends so far. The assumed rates if the ledger cannot be
+        read, whatever the reason: this may first be asked after a paid call (a gateway's
+        retries kept with its id), and an estimate is never worth losing what the call taught
+        us; a marking that needs the ledger then fails on its own."""
         try:
             return self.ledger.pricing(self.settings)
-        except LedgerUnavailable:
+        except Exception:  # the driver's own errors too (a connect that fails raises them)
             return Pricing.of(self.settings)
 
     def failed_to_write(self, exc: Exception) -> None:

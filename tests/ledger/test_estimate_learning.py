@@ -4,6 +4,9 @@ answers longer than the assumed 60 tokens a post is estimated at what it answers
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from postledger.batches.posts import Post
 from postledger.defaults import Price
 from postledger.guards.charges import BudgetHeld
@@ -107,4 +110,25 @@ def test_a_learned_estimate_holds_the_batch_the_constants_would_have_let_past_th
     assert isinstance(held, BudgetHeld)
     assert ledger.spend(NEXT) == []  # nothing booked, nothing paid
     started(ledger.mark_running(batch_id, pricing=ledger.pricing(settings), max_cost=10**9))
+    ledger.close()
+
+
+def test_a_trip_whose_ledger_cannot_be_read_estimates_at_the_assumed_rates(
+    tmp_path: Path,
+) -> None:
+    """The rates may first be asked for after a paid call (a gateway's retries booked with its
+    id): a ledger that cannot be read then must not cost what the call taught us."""
+    import logging
+
+    from postledger.trip import Trip
+
+    path = tmp_path / "ledger.db"
+    ledger = Ledger(f"sqlite:///{path}")
+    settings = settings_for("verbose-1")
+    no_calls: Any = None  # the trip calls no upstream here
+    trip = Trip(ledger, settings, no_calls, logging.getLogger("test"))
+    ledger.engine.dispose()
+    path.write_bytes(b"this is not a database" * 512)  # every read of it now fails
+    assert trip.pricing.rates == ASSUMED
+    assert trip.pricing.price == settings.price()
     ledger.close()
