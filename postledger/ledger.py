@@ -228,8 +228,7 @@ class Ledger(LedgerReads):
         With `holder`, the run must still hold the month (`MonthLost` otherwise): a run that
         lost its claim to another never starts a batch. With `max_attempts`, a new attempt
         beyond a post's cap is refused (`LedgerError`): planning never asks for one."""
-        if max_cost is not None and (pricing is None or pricing.price is None):
-            raise LedgerError(unpriced_budget("configured"))
+        _check_priced(pricing, max_cost)
         month = month_of(batch_id)
         with self._fenced(month, holder) as (session, moves):
             batch = self._batch(session, batch_id)
@@ -296,8 +295,7 @@ class Ledger(LedgerReads):
         counts and possible charges. Stops at the first that may not start (why is returned;
         it and those after it stay queued) or that the job has no `room` for. The posts are
         read by one query and moved by one executemany (`batch_chunks`)."""
-        if max_cost is not None and (pricing is None or pricing.price is None):
-            raise LedgerError(unpriced_budget("configured"))
+        _check_priced(pricing, max_cost)
         with self._fenced(month_of(batch_ids[0]), holder) as (session, moves):
             if upstream is not None:
                 self._locks.also(session, BREAKERS)
@@ -536,3 +534,9 @@ class Ledger(LedgerReads):
         """A person's decision: failed posts (of these kinds) are planned again."""
         with self._write(month) as (session, moves):
             return planning.retry_failed(session, moves, month, kinds)
+
+
+def _check_priced(pricing: Pricing | None, max_cost: int | None) -> None:
+    """A budget needs a price to hold batches by: refused before anything is marked."""
+    if max_cost is not None and (pricing is None or pricing.price is None):
+        raise LedgerError(unpriced_budget("configured"))

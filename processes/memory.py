@@ -11,20 +11,26 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+from typing import Any
 
 _M_ARENA_MAX = -8  # glibc's malloc.h
 
 
+def _glibc(function: str) -> Any | None:
+    """The C library's `function`; None where that library is not glibc (musl and others
+    have neither `mallopt` nor `malloc_trim`)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), function)
+    except (OSError, AttributeError):
+        return None
+
+
 def fewer_malloc_arenas(most: int = 2) -> bool:
     """At most `most` malloc arenas from now on; False where the C library is not glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others have no mallopt
-        return False
-    return bool(mallopt(_M_ARENA_MAX, most))
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and bool(mallopt(_M_ARENA_MAX, most))
 
 
 def give_back_freed_memory() -> bool:
@@ -32,11 +38,5 @@ def give_back_freed_memory() -> bool:
     that allocated and freed much (the sync and plan of a big month, a chunk at a time), the
     allocator keeps what was freed, and the run's peak later stands on it. False where the C
     library is not glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # musl and others have no malloc_trim
-        return False
-    return bool(trim(0))
+    trim = _glibc("malloc_trim")
+    return trim is not None and bool(trim(0))

@@ -129,16 +129,21 @@ def quote_of(batch: BatchRecord, pricing: Pricing | None) -> Quote:
 def book_send(session: Session, batch: BatchRecord, *, first: bool, quoted: Quote) -> None:
     """A send on the books before the call (R3); a `first` send (a new attempt) written down
     as a possible charge at its quote (R51), once the budget let it (R52)."""
-    batch.sends += 1
-    batch.not_before = None
-    if batch.charge is Charge.NONE:
-        batch.charge = Charge.POSSIBLE
+    _count_send(batch)
     if first:
         session.add(
             SpendRecord(
                 month=batch.month, batch_id=batch.batch_id, send=batch.sends, **quoted.values()
             )
         )
+
+
+def _count_send(batch: BatchRecord) -> None:
+    """One more send of the batch, no longer waiting, and possibly charged from now on."""
+    batch.sends += 1
+    batch.not_before = None
+    if batch.charge is Charge.NONE:
+        batch.charge = Charge.POSSIBLE
 
 
 def _possible(batch: BatchRecord, quoted: Quote) -> SpendRecord:
@@ -152,10 +157,7 @@ def send_counted(batch: BatchRecord, *, first: bool, quoted: Quote) -> dict[str,
     """`book_send` for a chunk of batches marked together: the send counted on the batch,
     and the spend row a `first` send books returned, for `write_spend` to insert with the
     chunk's others (an ORM record per row cost more than the rest of the marking)."""
-    batch.sends += 1
-    batch.not_before = None
-    if batch.charge is Charge.NONE:
-        batch.charge = Charge.POSSIBLE
+    _count_send(batch)
     if not first:
         return None
     now = utcnow()

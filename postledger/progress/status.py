@@ -94,6 +94,7 @@ def status(reader: Reader, month: str) -> dict[str, Any] | None:
     failures = so_far.pop("failures")
     batches = figures.batch_figures(reader, month)
     spend = figures.spend_totals(reader, month)
+    forecast = figures.forecast_total(reader, month)
     questions = figures.questions(reader, month)
     return {
         **so_far,
@@ -117,7 +118,7 @@ def status(reader: Reader, month: str) -> dict[str, Any] | None:
             "unit": "confirmed, possible, wasted: micro-units (1000000 = 1 currency unit)",
             "shown": {k: money(spend[k]) for k in ("confirmed", "possible", "wasted")},
             # What the month should cost in all, as its latest run forecast it before sending.
-            "forecast": (forecast := figures.forecast_total(reader, month)),
+            "forecast": forecast,
             "forecast_shown": None if forecast is None else money(forecast),
             # Every batch went to `postledger run`'s bundled simulator: nothing was paid.
             "simulated": batches.upstreams == {BUNDLED_SIMULATOR},

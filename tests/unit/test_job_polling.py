@@ -35,50 +35,44 @@ class Job:
         return Running()
 
 
-def looks_in_a_minute(poll_interval: float, followed_for: float = 0.0) -> int:
-    clock = FakeClock()
-    job = Job(clock)
-    seen = asyncio.run(
+def follow(job: Job, seconds: float, followed_for: float = 0.0) -> JobLook:
+    """`wait_for_job` on the job, from the settings' default poll interval (0.5 s)."""
+    return asyncio.run(
         wait_for_job(
             job,  # type: ignore[arg-type]
             "batch_1",
             ["b1"],
-            60.0,
-            clock=clock,
-            poll_interval=poll_interval,
+            seconds,
+            clock=job.clock,
+            poll_interval=0.5,
             followed_for=followed_for,
         )
     )
-    assert isinstance(seen, Running) and clock.slept == pytest.approx(60.0)
+
+
+def looks_in_a_minute(followed_for: float = 0.0) -> int:
+    job = Job(FakeClock())
+    seen = follow(job, 60.0, followed_for)
+    assert isinstance(seen, Running) and job.clock.slept == pytest.approx(60.0)
     return len(job.looks)
 
 
 def test_a_new_job_is_looked_at_often_and_then_less() -> None:
     # Every 0.5 s for its first 5 s, then a tenth of its age: 38 looks in its first minute.
-    assert looks_in_a_minute(0.5) == 38
+    assert looks_in_a_minute() == 38
 
 
 def test_a_job_followed_for_long_is_looked_at_as_seldom_as_the_upstream_allows() -> None:
     # Ten minutes into a job, the next look waits the longest the upstream allows (30 s).
-    assert looks_in_a_minute(0.5, followed_for=600.0) == 3
+    assert looks_in_a_minute(followed_for=600.0) == 3
     # A minute in: 6 s, growing with the job.
-    assert looks_in_a_minute(0.5, followed_for=60.0) == 9
+    assert looks_in_a_minute(followed_for=60.0) == 9
 
 
 @pytest.mark.parametrize("ends_after", [10.0, 60.0, 61.0, 300.0, 3_600.0])
 def test_a_job_is_seen_ended_at_most_a_tenth_of_its_time_late(ends_after: float) -> None:
-    clock = FakeClock()
-    job = Job(clock, ends_after=ends_after)
-    seen = asyncio.run(
-        wait_for_job(
-            job,  # type: ignore[arg-type]
-            "batch_1",
-            ["b1"],
-            86_400.0,
-            clock=clock,
-            poll_interval=0.5,
-        )
-    )
+    job = Job(FakeClock(), ends_after=ends_after)
+    seen = follow(job, 86_400.0)
     assert isinstance(seen, JobEnded)
     late = (job.looks[-1] - job.looks[0]) - ends_after
     assert 0 <= late <= max(0.5, min(ends_after / 10 + 0.1, 30.0)), late
