@@ -62,7 +62,10 @@ def make_engine(
 ) -> Engine:
     """An engine for the ledger at `url`; `read_only` opens SQLite so that nothing can write."""
     if not is_sqlite(url):
-        return create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True)
+        if engine.dialect.driver == "psycopg":
+            event.listen(engine, "connect", _send_lists_binary)
+        return engine
     database = make_url(url).database
     connect_args = {"check_same_thread": False, "timeout": busy_timeout}
     if read_only and database and database != ":memory:":
@@ -73,6 +76,16 @@ def make_engine(
         engine = create_engine(url, connect_args=connect_args)
     _configure_sqlite(engine, read_only=read_only, busy_timeout_ms=int(busy_timeout * 1000))
     return engine
+
+
+def _send_lists_binary(dbapi_connection: Any, _record: Any) -> None:
+    """psycopg sends a list parameter (an `= ANY` array of post ids, a column of values to
+    `unnest`) in text format unless told otherwise, escaping each element with a regular
+    expression in Python: ~60 ms for one chunk's 6 000 answers, ~1.6 s of a 100 000-post
+    month's settle. In binary each element is copied as it is (~2 ms)."""
+    from psycopg.types.array import ListBinaryDumper
+
+    dbapi_connection.adapters.register_dumper(list, ListBinaryDumper)
 
 
 def _configure_sqlite(engine: Engine, *, read_only: bool, busy_timeout_ms: int) -> None:

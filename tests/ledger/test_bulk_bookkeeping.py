@@ -39,9 +39,15 @@ ANALYSIS = asked()
 LIMITS = Limits(max_attempts=3, max_requeues=5)
 
 
-def plan(ledger: Ledger, month: str, posts: int = 40) -> list[str]:
-    """`posts` posts in batches of five, queued; their batch ids in start order."""
-    texts = [Post(f"p{i:02d}", f"post number {i}", i + 1) for i in range(posts)]
+def plan(ledger: Ledger, month: str, posts: int = 40, special: bool = False) -> list[str]:
+    """`posts` posts in batches of five, queued; their batch ids in start order. `special`:
+    ids and texts that a PostgreSQL array written as text must quote or escape."""
+    texts = [
+        Post(f"p{i:02d}", f"post number {i}", i + 1)
+        if not special
+        else Post(special_id(i), f"post {SPECIALS[-i % len(SPECIALS)]} {i}", i + 1)
+        for i in range(posts)
+    ]
     ledger.sync_posts(month, texts, model="m", analysis=ANALYSIS)
     ledger.plan(month, max_posts=5, max_chars=10_000)
     return [b.batch_id for b in ledger.batches(month)]
@@ -56,6 +62,15 @@ def output(batch: BatchRecord, shape: str) -> str:
     if shape == "one_invalid":
         items[0]["sentiment"] = "ecstatic"
     return "not json" if shape == "unusable" else json.dumps(items)
+
+
+# What an array literal quotes or escapes: on PostgreSQL a chunk's ids and values are array
+# parameters, and the driver must send each as it is (text or binary).
+SPECIALS = ['"', "\\", "{", "}", ",", " ", "NULL", "é\u2028", "'", "\t"]
+
+
+def special_id(i: int) -> str:
+    return SPECIALS[i % len(SPECIALS)] + f"{i:02d}"
 
 
 # The lines of a job: most valid, one with an invalid item (a retry), one unusable (a split).
@@ -177,6 +192,21 @@ def test_bulk_bookkeeping_leaves_what_the_per_batch_path_leaves(ledger: Ledger) 
     assert one["counts"] == {"completed": 34, "pending": 1, "queued": 5}
     # Events are numbered without gaps, however many each transaction logged.
     assert [e.seq for e in ledger.events(BULK)] == list(range(1, len(ledger.events(BULK)) + 1))
+
+
+def test_ids_and_texts_that_arrays_escape_arrive_as_they_were_written(ledger: Ledger) -> None:
+    settle_one_at_a_time(ledger, plan(ledger, ONE, special=True))
+    settle_in_bulk(ledger, plan(ledger, BULK, special=True))
+
+    one, bulk = state_of(ledger, ONE), state_of(ledger, BULK)
+    assert bulk == one
+    assert bulk["counts"] == {"completed": 34, "pending": 1, "queued": 5}
+    ids = {p.post_id for p in ledger.posts(BULK)}
+    assert ids == {special_id(i) for i in range(40)}
+    sent = {pid: text for b in ledger.batches(BULK) for pid, text in b.request or []}
+    assert sent["NULL06"] == f"post {SPECIALS[-6]} 6" and sent["\\01"] == f"post {SPECIALS[-1]} 1"
+    done = [p for p in ledger.posts(BULK) if p.status is PostStatus.COMPLETED]
+    assert len(done) == 34 and all(p.result and p.result["category"] == "question" for p in done)
 
 
 def test_marking_in_bulk_stops_at_the_first_batch_the_budget_holds(ledger: Ledger) -> None:
