@@ -79,6 +79,9 @@ async def wait_for_task(
             interval = min(interval * 1.5, upstream.max_poll_interval or interval)
 
 
+LOOKS_PER_AGE = 20  # the wait between two looks at a job: its age followed, over this
+
+
 async def wait_for_job(
     upstream: Upstream,
     job_id: str,
@@ -90,9 +93,10 @@ async def wait_for_job(
     followed_for: float = 0.0,
 ) -> JobLook:
     """Look at a job until it ends, a look gives no verdict, or `seconds` pass. Between two
-    looks, a tenth of the time the job has been followed (`followed_for` before this call),
-    from `poll_interval` up to the upstream's longest: a job is seen ended at most a tenth
-    of its time late (a 60 s job, ~6 s), and a day-long one is not looked at every second."""
+    looks, a twentieth of the time the job has been followed (`followed_for` before this
+    call), from `poll_interval` up to the upstream's longest: a job is seen ended at most a
+    twentieth of its time late (a 60 s job, ~3 s), and a day-long one is looked at every 30 s
+    after its first ten minutes, not every second. A look is one small GET."""
     started = clock.monotonic() - followed_for
     give_up = clock.monotonic() + seconds
     longest = upstream.max_poll_interval or poll_interval
@@ -100,7 +104,7 @@ async def wait_for_job(
         look = await upstream.look_job(job_id, batch_ids)
         if not isinstance(look, Running) or clock.monotonic() >= give_up:
             return look
-        interval = min(max(poll_interval, (clock.monotonic() - started) / 10), longest)
+        interval = min(max(poll_interval, (clock.monotonic() - started) / LOOKS_PER_AGE), longest)
         await clock.sleep(min(interval, max(give_up - clock.monotonic(), 0.0)))
 
 
