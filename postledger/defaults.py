@@ -7,6 +7,8 @@ imports more than the standard library and pydantic (which the command line load
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -84,6 +86,32 @@ class Price(BaseModel):
 
     def cache_write_rate(self) -> int:
         return self.input if self.cache_write is None else self.cache_write
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """What each model costs on each kind of upstream: the `table`, with `batch_discount` off
+    a price that sets no discount of its own on the `batch_kinds` (`Settings.price_book`).
+
+    Why a book, not one price: a month's sends may span runs configured differently (another
+    model, a chat month moved to the Batch API), and each send is billed at the price of the
+    model and kind its spend row names. A row from before rows named them is billed as a send
+    of the configured `model` on the configured `kind`."""
+
+    table: Mapping[str, Price]
+    batch_discount: int
+    batch_kinds: frozenset[str]
+    model: str
+    kind: str
+
+    def price(self, model: str | None = None, kind: str | None = None) -> Price | None:
+        """What `model` costs on `kind` (the configured ones by default); None if the table
+        has no price for the model."""
+        listed = self.table.get(model or self.model)
+        if listed is None or listed.discount_percent is not None:
+            return listed
+        discount = self.batch_discount if (kind or self.kind) in self.batch_kinds else 0
+        return listed.model_copy(update={"discount_percent": discount})
 
 
 DEFAULT_PRICES: dict[str, Price] = {

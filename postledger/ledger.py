@@ -22,7 +22,7 @@ from postledger.batches.intake import SyncReport, sync_posts
 from postledger.batches.output import OutputCheck
 from postledger.batches.planning import PlanReport
 from postledger.batches.posts import Post
-from postledger.defaults import SQLITE_BUSY_TIMEOUT, Price
+from postledger.defaults import SQLITE_BUSY_TIMEOUT, PriceBook
 from postledger.failures import carry_out_many
 from postledger.failures.carry_out import carry_out
 from postledger.failures.policy import Decision
@@ -370,28 +370,29 @@ class Ledger(LedgerReads):
         batch_id: str,
         raw: str,
         usage: dict[str, Any] | None,
-        price: Price | None = None,
+        prices: PriceBook | None = None,
         *,
         holder: str | None = None,
     ) -> None:
         """Persist the raw output before checking it (R4): a crash while validating loses
-        nothing, and nobody pays for it again. The charge is settled from the usage."""
+        nothing, and nobody pays for it again. The charge is settled from the usage, at the
+        price of the model and kind it was sent to (`prices`; None: no price known)."""
         with self._fenced(month_of(batch_id), holder) as (session, moves):
             batch = self._batch(session, batch_id)
             why = "output saved, not yet validated"
-            sending.receive(session, moves, batch, raw, usage, price, why)
+            sending.receive(session, moves, batch, raw, usage, prices, why)
 
     def save_outputs(
         self,
         outputs: Sequence[tuple[str, str, dict[str, Any] | None]],
-        price: Price | None = None,
+        prices: PriceBook | None = None,
         *,
         holder: str | None = None,
     ) -> None:
         """`save_output` for a chunk of one month's batches (batch id, raw output, usage) in
         one transaction: each output kept before anything of the chunk is checked (R4)."""
         with self._fenced(month_of(outputs[0][0]), holder) as (session, moves):
-            chunk_sends.save(session, moves, outputs, price)
+            chunk_sends.save(session, moves, outputs, prices)
 
     def finish_outputs(
         self,
@@ -420,7 +421,7 @@ class Ledger(LedgerReads):
         *,
         upstream: str | None = None,
         usage: dict[str, Any] | None = None,
-        price: Price | None = None,
+        prices: PriceBook | None = None,
         holder: str | None = None,
     ) -> None:
         """Carry out a business decision (postledger.failures.policy) in one transaction: successes
@@ -441,7 +442,7 @@ class Ledger(LedgerReads):
                     sent_at=batch.started_at,
                 )
             if usage is not None:
-                settle(session, batch_id, usage, price)
+                settle(session, batch_id, usage, prices)
             carry_out(session, moves, batch, decision, check)
 
     def count_gateway_retries(
@@ -469,14 +470,14 @@ class Ledger(LedgerReads):
 
     # --- recovery and people's decisions ---------------------------------------------------
 
-    def import_spill(self, records: list[dict[str, Any]], price: Price | None = None) -> int:
+    def import_spill(self, records: list[dict[str, Any]], prices: PriceBook | None = None) -> int:
         """Take in what batches spilled while the ledger could not be written (R20). Safe to
         repeat: a record is taken in once (by its id), and a fact the ledger already has is
         skipped. Returns the records taken in."""
         taken = 0
         for record in records:
             with self._write(month_of(record["batch_id"])) as (session, moves):
-                taken += recovered.take_spilled(session, moves, record, price)
+                taken += recovered.take_spilled(session, moves, record, prices)
         return taken
 
     def resend_later(

@@ -23,12 +23,13 @@ from postledger.defaults import (
     MAX_IN_FLIGHT,
     SQLITE_BUSY_TIMEOUT,
     Price,
+    PriceBook,
     ledger_url,
     month_file,
     sqlite_file,
 )
 
-__all__ = ["MAX_IN_FLIGHT", "Limits", "Price", "Settings", "UpstreamKind"]
+__all__ = ["MAX_IN_FLIGHT", "Limits", "Price", "PriceBook", "Settings", "UpstreamKind"]
 
 
 @dataclass(frozen=True)
@@ -284,12 +285,15 @@ class Settings(BaseSettings):
         """What the configured model costs on `kind` (the configured one by default): its
         table price, with a Batch API's discount unless the table sets one for the model.
         None if the table has no price for it."""
-        listed = self.prices.get(self.model)
-        if listed is None or listed.discount_percent is not None:
-            return listed
-        kind = kind or self.upstream_kind
-        discount = self.batch_discount if kind.batch_api else 0
-        return listed.model_copy(update={"discount_percent": discount})
+        return self.price_book().price(kind=(kind or self.upstream_kind).value)
+
+    def price_book(self) -> PriceBook:
+        """What each model costs on each kind: what a send is billed at, by the model and
+        kind it went to (its spend row keeps them)."""
+        batch_kinds = frozenset(kind.value for kind in UpstreamKind if kind.batch_api)
+        return PriceBook(
+            self.prices, self.batch_discount, batch_kinds, self.model, self.upstream_kind.value
+        )
 
     def breaker_name(self) -> str:
         """The key of the upstream's breaker: the same for every run against it (R18)."""

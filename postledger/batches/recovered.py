@@ -9,7 +9,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from postledger.batches.sending import receive, take_task_id
-from postledger.defaults import Price
+from postledger.defaults import PriceBook
 from postledger.guards.charges import Quote, book_gateway_retries, settle
 from postledger.guards.spill import SpillKind
 from postledger.record.models import (
@@ -24,7 +24,7 @@ from postledger.record.states import Transitions
 
 
 def take_spilled(
-    session: Session, moves: Transitions, record: dict[str, Any], price: Price | None
+    session: Session, moves: Transitions, record: dict[str, Any], prices: PriceBook | None
 ) -> int:
     """One spill record taken in, once (by its id), and only what the ledger does not know
     already. Returns 1 if it was taken in, else 0."""
@@ -46,7 +46,7 @@ def take_spilled(
         session.add(batch)
         taken += 1
     if kind is SpillKind.USAGE and batch.status is BatchStatus.RUNNING:
-        settle(session, batch.batch_id, record["usage"], price)  # the decision comes later
+        settle(session, batch.batch_id, record["usage"], prices)  # the decision comes later
         taken += 1
     if kind in (SpillKind.GATEWAY_RETRIES, SpillKind.TASK_ID) and record.get("retries"):
         # On a task id: what the gateway did with the create that made it, kept with it.
@@ -55,7 +55,7 @@ def take_spilled(
         taken += kind is SpillKind.GATEWAY_RETRIES
     if kind is SpillKind.OUTPUT and batch.status is BatchStatus.RUNNING:
         why = "output saved from the spill file, not yet validated"
-        receive(session, moves, batch, record["output"], record.get("usage"), price, why)
+        receive(session, moves, batch, record["output"], record.get("usage"), prices, why)
         taken += 1
     return taken
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from postledger.defaults import Price
+from postledger.defaults import PriceBook
 from postledger.guards.charges import settle
 from postledger.record.models import (
     BatchRecord,
@@ -88,13 +88,13 @@ def receive(
     batch: BatchRecord,
     raw: str,
     usage: dict[str, Any] | None,
-    price: Price | None,
+    prices: PriceBook | None,
     why: str,
 ) -> None:
     """The raw output kept before it is checked (R4), and its charge settled from the usage
     (R51); the batch and its running posts `received`."""
     batch.raw_output, batch.usage = raw, usage
-    settle(session, batch.batch_id, usage, price)
+    settle(session, batch.batch_id, usage, prices)
     moves.batch(batch, BatchStatus.RECEIVED, why)
     for post in posts_in(session, batch, PostStatus.RUNNING):
         moves.post(post, PostStatus.RECEIVED, why)

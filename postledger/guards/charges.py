@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from postledger.defaults import Price
+from postledger.defaults import PriceBook
 from postledger.guards.estimates import Pricing
 from postledger.guards.spend import cost_of, money
 from postledger.guards.usage import usage_of
@@ -219,9 +219,10 @@ class GatewayRetries:
 
 
 def settle(
-    session: Session, batch_id: str, usage: dict[str, Any] | None, price: Price | None
+    session: Session, batch_id: str, usage: dict[str, Any] | None, prices: PriceBook | None
 ) -> None:
-    """Output received: the batch's open charge is confirmed, with its usage and cost."""
+    """Output received: the batch's open charge is confirmed, with its usage and its cost at
+    the price of the model and kind it was sent to (`prices`; None: no price known)."""
     row = session.exec(
         select(SpendRecord)
         .where(SpendRecord.batch_id == batch_id, SpendRecord.state == SpendState.POSSIBLE)
@@ -229,11 +230,13 @@ def settle(
         .order_by(col(SpendRecord.send).desc(), col(SpendRecord.id))
     ).first()
     if row is not None:
-        session.add(_confirmed(row, usage, price))
+        session.add(_confirmed(row, usage, prices))
 
 
 def settle_all(
-    session: Session, usages: Sequence[tuple[str, dict[str, Any] | None]], price: Price | None
+    session: Session,
+    usages: Sequence[tuple[str, dict[str, Any] | None]],
+    prices: PriceBook | None,
 ) -> None:
     """`settle` for a chunk of batches (batch id, usage) received together: their open
     charges read by one query."""
@@ -250,15 +253,19 @@ def settle_all(
         open_rows.setdefault(found.batch_id, found)  # as `settle` picks it
     for batch_id, usage in usages:
         if (row := open_rows.get(batch_id)) is not None:
-            session.add(_confirmed(row, usage, price))
+            session.add(_confirmed(row, usage, prices))
 
 
-def _confirmed(row: SpendRecord, usage: dict[str, Any] | None, price: Price | None) -> SpendRecord:
-    """A send's possible charge made confirmed, at the usage it reported if it told any."""
+def _confirmed(
+    row: SpendRecord, usage: dict[str, Any] | None, prices: PriceBook | None
+) -> SpendRecord:
+    """A send's possible charge made confirmed, at the usage it reported if it told any,
+    priced as a send of the model and kind its row names."""
     used = usage_of(usage)
     if used is not None:
         row.input_tokens, row.output_tokens = used.input, used.output
         row.cached_input_tokens, row.cache_write_tokens = used.cached_input, used.cache_write
+        price = prices.price(row.model, row.kind) if prices is not None else None
         row.cost = cost_of(price, used) if price is not None else None
     row.state, row.updated_at = SpendState.CONFIRMED, utcnow()
     return row

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from sqlmodel import Session
 
-from postledger.defaults import Price
+from postledger.defaults import PriceBook
 from postledger.guards.breaker import BreakerHeld
 from postledger.guards.breaker_state import breaker_for_update, breaker_holds
 from postledger.guards.charges import (
@@ -105,7 +105,7 @@ def save(
     session: Session,
     moves: Transitions,
     outputs: Sequence[tuple[str, str, dict[str, Any] | None]],
-    price: Price | None,
+    prices: PriceBook | None,
 ) -> None:
     """Each batch's raw output and usage kept (batch id, output, usage), its charge settled
     from the usage (R51), the batch and its running posts `received`."""
@@ -113,7 +113,7 @@ def save(
     ids = [batch_id for batch_id, _, _ in outputs]
     batches = load_batches(session, ids, unread=("request", "raw_output"))
     members = batch_chunks.members(session, moves.month, batches, texts=False)
-    settle_all(session, [(batch_id, usage) for batch_id, _, usage in outputs], price)
+    settle_all(session, [(batch_id, usage) for batch_id, _, usage in outputs], prices)
     rows: list[dict[str, Any]] = []
     for batch, (_, raw, usage) in zip(batches, outputs, strict=True):
         batch.raw_output, batch.usage = raw, usage

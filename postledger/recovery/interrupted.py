@@ -14,7 +14,7 @@ from typing import Protocol
 
 from postledger.analysis import Analysis
 from postledger.batches.output import check_output
-from postledger.defaults import Price
+from postledger.defaults import PriceBook
 from postledger.failures.policy import Decision, after_output
 from postledger.guards.spill import KeptAside, Spill
 from postledger.ledger import Ledger
@@ -60,12 +60,12 @@ def finish_saved_outputs(
 
 
 def import_spill(
-    ledger: Ledger, spill: Spill, price: Price | None = None
+    ledger: Ledger, spill: Spill, prices: PriceBook | None = None
 ) -> tuple[int, KeptAside | None]:
     """R20, R46: take in the month's spill file, then move it aside, under the file's lock (a
     batch of another run may be appending to it). Returns the records taken in, and what was
     kept aside instead of imported: damaged lines, which the caller must report loudly."""
-    taken = spill.take(lambda records: ledger.import_spill(records, price))
+    taken = spill.take(lambda records: ledger.import_spill(records, prices))
     return taken or 0, spill.kept_aside
 
 
@@ -83,7 +83,7 @@ def import_spills(ledger: Ledger, month: str, settings: Settings) -> list[SpillI
     spill file, then the one file of earlier versions, which holds every month's."""
     imported = []
     for spill in (Spill(settings.spill_file(month)), Spill(settings.resolved_spill_path())):
-        taken, kept_aside = import_spill(ledger, spill, settings.price())
+        taken, kept_aside = import_spill(ledger, spill, settings.price_book())
         imported.append(SpillImported(str(spill.path), taken, kept_aside))
     return imported
 

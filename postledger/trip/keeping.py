@@ -140,7 +140,7 @@ class Trip:
         the ledger took it."""
         try:
             self.ledger.save_output(
-                batch_id, output, usage, self.settings.price(), holder=self.holder
+                batch_id, output, usage, self.settings.price_book(), holder=self.holder
             )
             return True
         except (LedgerUnavailable, MonthLost) as exc:

@@ -95,7 +95,7 @@ def settle_outputs(
     crash_point(CrashPoint.AFTER_OUTPUT)
     outputs = [(batch.batch_id, line.output, line.usage) for batch, line in lines]
     try:
-        trip.ledger.save_outputs(outputs, settings.price(), holder=trip.holder)
+        trip.ledger.save_outputs(outputs, settings.price_book(), holder=trip.holder)
     except LedgerUnavailable as exc:
         trip.log.error("%d outputs: the ledger could not be written: %s", len(lines), exc)
         return None
@@ -165,7 +165,7 @@ def _applied(
             decision,
             upstream=trip.settings.breaker_name(),
             usage=usage,
-            price=trip.settings.price(),
+            prices=trip.settings.price_book(),
             holder=trip.holder,
         )
     except (LedgerUnavailable, MonthLost):

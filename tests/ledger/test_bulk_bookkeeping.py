@@ -30,7 +30,7 @@ from postledger.record.models import (
 from postledger.record.month_lease import MonthLost
 from postledger.recovery.interrupted import finish_from_output
 from postledger.settings import Limits
-from tests.support.ledgers import asked, priced
+from tests.support.ledgers import asked, billed, priced
 
 ONE, BULK = "2026-10", "2026-11"  # the per-batch path's month, and the bulk path's
 PRICE = Price(input=150_000, output=600_000)
@@ -88,7 +88,7 @@ def settle_one_at_a_time(ledger: Ledger, ids: list[str]) -> None:
     batches = [started(ledger.mark_running(batch_id, **MARKING)) for batch_id in ids]
     submit(ledger, ONE, ids)
     for batch, shape in zip(batches, SHAPES, strict=True):
-        ledger.save_output(batch.batch_id, output(batch, shape), USAGE, PRICE)
+        ledger.save_output(batch.batch_id, output(batch, shape), USAGE, billed(PRICE))
         finish_from_output(ledger, batch.batch_id, ANALYSIS, LIMITS, UPSTREAM)
 
 
@@ -104,7 +104,7 @@ def settle_in_bulk(ledger: Ledger, ids: list[str]) -> None:
     outputs = [
         (b.batch_id, output(b, shape), USAGE) for b, shape in zip(batches, SHAPES, strict=True)
     ]
-    ledger.save_outputs(outputs, PRICE)
+    ledger.save_outputs(outputs, billed(PRICE))
     assert {b.status for b in ledger.batches(BULK) if b.batch_id in ids} == {BatchStatus.RECEIVED}
     decisions = ledger.finish_outputs(ids, ANALYSIS, LIMITS, UPSTREAM)
     assert [d.batch_to for d in decisions] == [
@@ -267,7 +267,7 @@ def test_a_run_that_lost_its_month_marks_and_saves_nothing(ledger: Ledger) -> No
     batches, _ = ledger.mark_running_many(ids, **MARKING)
     outputs = [(b.batch_id, output(b, "valid"), USAGE) for b in batches]
     with pytest.raises(MonthLost):
-        ledger.save_outputs(outputs, PRICE, holder="a run that never held it")
+        ledger.save_outputs(outputs, billed(PRICE), holder="a run that never held it")
     with pytest.raises(MonthLost):
         ledger.finish_outputs(ids, ANALYSIS, LIMITS, UPSTREAM, holder="nor this one")
     assert {b.status for b in ledger.batches(BULK)} == {BatchStatus.RUNNING}

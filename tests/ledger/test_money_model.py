@@ -552,7 +552,7 @@ class MoneyModel(RuleBasedStateMachine):
         ends: list[Outcome] | None = None,
     ) -> None:
         month, ledger = run.month, self.ledger
-        import_spill(ledger, Spill(self.settings.spill_file(month)), self.price)
+        import_spill(ledger, Spill(self.settings.spill_file(month)), self.settings.price_book())
         ledger.sync_posts(month, self.posts[month], model=MODEL, analysis=ANALYSIS)
         ledger.close_emptied(month)
         finish_saved_outputs(ledger, month, ANALYSIS, self.settings.limits())

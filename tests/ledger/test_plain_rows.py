@@ -24,7 +24,7 @@ from postledger.record import rows
 from postledger.record.models import ApprovalRecord, BatchStatus, BreakerLevel, BreakerRecord
 from postledger.record.plain import read_only
 from postledger.recovery.steps import RecoveryAction, plan_recovery
-from tests.support.ledgers import asked, priced
+from tests.support.ledgers import asked, billed, priced
 from tests.support.repo import REPO
 
 MONTH = "2026-10"
@@ -42,7 +42,7 @@ def _an_interrupted_month(url: str) -> Ledger:
     for batch in (sent, polled, saved):
         ledger.mark_running(batch.batch_id, pricing=priced(PRICE))
     ledger.record_task_id(polled.batch_id, "task_42")
-    ledger.save_output(saved.batch_id, "[]", {"input_tokens": 1, "output_tokens": 1}, PRICE)
+    ledger.save_output(saved.batch_id, "[]", {"input_tokens": 1, "output_tokens": 1}, billed(PRICE))
     changed = [*posts[:1], Post("p1", "post 1, edited", 2), *posts[2:]]
     ledger.sync_posts(MONTH, changed, model="m", analysis=asked())
     for _ in range(2):

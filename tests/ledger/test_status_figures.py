@@ -23,7 +23,7 @@ from postledger.record.migrate import SchemaMismatch
 from postledger.record.models import Answer, BatchStatus, PostStatus, Question
 from postledger.record.plain import LedgerUnreadable, read_only
 from postledger.settings import Limits
-from tests.support.ledgers import asked, priced
+from tests.support.ledgers import asked, billed, priced
 
 MONTH = "2026-10"
 PRICE = Price(input=150_000, output=600_000)
@@ -36,7 +36,7 @@ def _item(post_id: str, category: str = "praise") -> str:
 
 
 def _finish(ledger: Ledger, batch_id: str, raw: str, attempts: int = 1) -> None:
-    ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 5}, PRICE)
+    ledger.save_output(batch_id, raw, {"input_tokens": 10, "output_tokens": 5}, billed(PRICE))
     check = check_output(raw, ledger.batch(batch_id).post_ids, asked())
     decision = after_output(
         ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits(max_attempts=attempts)

@@ -165,7 +165,7 @@ def test_what_a_failed_task_used_is_spilled_when_the_ledger_cannot_book_it(
 
     spill = Spill(settings.spill_file(MONTH))
     assert [r["kind"] for r in spill.records()] == [SpillKind.USAGE]
-    taken, kept_aside = import_spill(ledger, spill, settings.price())
+    taken, kept_aside = import_spill(ledger, spill, settings.price_book())
     assert (taken, kept_aside) == (1, None)
 
     (charge,) = plain_task_api.charges()

@@ -13,7 +13,7 @@ from tests.support.months import MONTH
 
 if TYPE_CHECKING:
     from postledger.analysis import Analysis
-    from postledger.defaults import Price
+    from postledger.defaults import Price, PriceBook
     from postledger.guards.estimates import Pricing
 
 
@@ -30,6 +30,16 @@ def priced(price: Price | None, instructions: str = "p", model: str = "m") -> Pr
     from postledger.guards.estimates import Pricing
 
     return Pricing(model, "task_api", price, instructions)
+
+
+def billed(price: Price, model: str = "m", kind: str = "task_api") -> PriceBook:
+    """What a test's sends are billed by: `price` for `model` (as `priced` names it), with
+    the default Batch API discount on a Batch API kind."""
+    from postledger.defaults import PriceBook
+    from postledger.settings import BATCH_DISCOUNT_PERCENT
+
+    batch_kinds = frozenset({"openai_batch", "anthropic_batch"})
+    return PriceBook({model: price}, BATCH_DISCOUNT_PERCENT, batch_kinds, model, kind)
 
 
 def recount_posts(session: Any) -> None:
@@ -149,7 +159,8 @@ def settle_next_batch(
     ledger.record_task_id(batch_id, "task_1")
     raw = write_output([(p.post_id, p.text) for p in sent])
     price = pricing.price if pricing is not None else None
-    ledger.save_output(batch_id, raw, usage or {"input_tokens": 1, "output_tokens": 2}, price)
+    prices = billed(price, pricing.model, pricing.kind) if pricing and price else None
+    ledger.save_output(batch_id, raw, usage or {"input_tokens": 1, "output_tokens": 2}, prices)
     check = check_output(raw, ledger.batch(batch_id).post_ids, load_analysis(None))
     decision = after_output(ledger.batch(batch_id), ledger.posts_of(batch_id), check, Limits())
     ledger.apply(batch_id, decision, check)
