@@ -40,9 +40,9 @@ from postledger.guards.charges import (
     settle,
 )
 from postledger.guards.chunk_sends import JobRoom
-from postledger.guards.estimates import LEARN_FROM, Pricing, Sample, safe_rates
+from postledger.guards.estimates import Pricing, learned_rates
 from postledger.guards.spend import unpriced_budget
-from postledger.record import batch_chunks, counts_seen, history
+from postledger.record import batch_chunks, counts_seen
 from postledger.record.analyses import keep_analysis
 from postledger.record.collector import collector_paused
 from postledger.record.db import (
@@ -521,8 +521,7 @@ class Ledger(LedgerReads):
         """What the configured model's sends are priced by, with the estimate's rates learned
         from its latest confirmed sends in this ledger (the assumed ones with none)."""
         with self.plain() as reader:
-            seen = history.sends_seen(reader, settings.model, LEARN_FROM)
-        return Pricing.of(settings, safe_rates([Sample(*row) for row in seen]))
+            return Pricing.of(settings, learned_rates(reader, settings.model))
 
     def keep_forecast(self, month: str, total: int | None, posts: int) -> None:
         """The month's forecast, as the run worked it out before sending: what the month

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from postledger.defaults import Price
 from postledger.guards.spend import cost_of
 from postledger.guards.usage import Usage
+from postledger.record import history
 
 if TYPE_CHECKING:  # the read commands that import the assumed rates start without the settings
+    from postledger.record.plain import Reader
     from postledger.settings import Settings
 
 # ~4 characters per token in English; fewer in other scripts, so this errs on the low side for
@@ -79,6 +81,12 @@ def safe_rates(samples: Sequence[Sample]) -> EstimateRates:
     per_char = _high([(s.input_tokens, s.asked_chars) for s in usable])
     per_post = _high([(s.output_tokens, s.asked_posts) for s in usable])
     return EstimateRates(per_char * HEADROOM, per_post * HEADROOM, len(usable))
+
+
+def learned_rates(reader: Reader, model: str) -> EstimateRates:
+    """The rates learned from `model`'s latest confirmed sends in the ledger (`safe_rates`)."""
+    seen = history.sends_seen(reader, model, LEARN_FROM)
+    return safe_rates([Sample(*row) for row in seen])
 
 
 def _high(ratios: list[tuple[int, int]]) -> Fraction:

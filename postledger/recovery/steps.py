@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from postledger.analysis import AnalysisError, load_analysis
 from postledger.defaults import Price
-from postledger.guards.estimates import estimate, tokens_of
+from postledger.guards.estimates import ASSUMED, EstimateRates, estimate, learned_rates, tokens_of
 from postledger.guards.spend import money
 from postledger.record import rows
 from postledger.record.kinds import BatchStatus
@@ -119,6 +119,7 @@ def plan_recovery(
     idempotent: bool,
     price: Price | None = None,
     prompt: str = "",
+    rates: EstimateRates = ASSUMED,
     as_of: int | None = None,
 ) -> RecoveryPlan:
     """One step per interrupted batch (sent by an earlier run, not finished); the live run's
@@ -149,7 +150,7 @@ def plan_recovery(
                 else "charged it, and a resubmission may be charged twice"
             )
         texts = [text for _, text in batch.request or []]
-        cost = estimate(price, prompt, texts) if price is not None and texts else 0
+        cost = estimate(price, prompt, texts, rates) if price is not None and texts else 0
         steps.append(RecoveryStep(batch.batch_id, action, post_ids, chars, why, cost))
     return RecoveryPlan(steps, idempotent, as_of, in_flight)
 
@@ -166,6 +167,7 @@ def recovery_plan(reader: Reader, month: str, settings: Settings) -> RecoveryPla
         idempotent=facts_of(settings).honours_keys,
         price=settings.price(),
         prompt=_asked(settings),
+        rates=learned_rates(reader, settings.model),  # as a run would book a resubmission
         as_of=as_of,
     )
 

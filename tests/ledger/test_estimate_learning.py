@@ -113,6 +113,30 @@ def test_a_learned_estimate_holds_the_batch_the_constants_would_have_let_past_th
     ledger.close()
 
 
+def test_what_a_resubmission_may_cost_is_estimated_at_the_learned_rates(ledger_url: str) -> None:
+    """The recovery plan's estimate (what a person approving a resubmission that may be
+    charged twice is shown) is made as a run would book the resubmission."""
+    from postledger.recovery.steps import RecoveryAction, recovery_plan
+
+    ledger = Ledger(ledger_url)
+    settings = settings_for("verbose-1")
+    sync(ledger, MONTH, 4 * POSTS_A_BATCH)
+    assumed = ledger.pricing(settings)
+    for _ in range(3):
+        settle_next_batch(ledger, MONTH, verbose_usage(assumed), pricing=assumed)
+    (batch_id,) = ledger.next_to_start(MONTH, 1)
+    started(ledger.mark_running(batch_id, pricing=ledger.pricing(settings)))  # no id saved
+
+    with ledger.plain() as reader:
+        (step,) = recovery_plan(reader, MONTH, settings).steps
+    assert (step.batch_id, step.action) == (batch_id, RecoveryAction.RESUBMIT)
+    learned = ledger.pricing(settings).estimate([TEXT] * POSTS_A_BATCH)
+    at_constants = assumed.estimate([TEXT] * POSTS_A_BATCH)
+    assert at_constants is not None and learned is not None and learned > 2 * at_constants
+    assert step.estimated_cost == learned
+    ledger.close()
+
+
 def test_a_trip_whose_ledger_cannot_be_read_estimates_at_the_assumed_rates(
     tmp_path: Path,
 ) -> None:
