@@ -88,13 +88,18 @@ def counts_words(counts: JobCounts) -> str:
     return f"{number(counts.done)} of {number(counts.total)} requests done{failed} ({NOT_SAVED})"
 
 
+# A job whose id is not in the ledger: its create is under way (a big job's can take seconds),
+# or the run that made it stopped before saving its id (the next run looks for it).
+UNSAVED_ID = "no id saved yet: being made, or a run stopped before saving it"
+
+
 def job_words(job: RunningJob, now: datetime) -> str:
     """One line: "upstream job batch_abc: 3 210 of 50 000 requests done, 12 failed (the
     upstream's counts; results not yet saved) — job 3h12m old of 24h"."""
     name = (
         f"upstream job {job.job_id}"
         if job.job_id
-        else f"the upstream job of {job.submission_id} (its id was never saved)"
+        else f"the upstream job of {job.submission_id} ({UNSAVED_ID})"
     )
     said = counts_words(job.counts) if job.counts else "no counts from the upstream yet"
     if job.seen_at is not None and now - job.seen_at > STALE_COUNTS:

@@ -105,7 +105,8 @@ def test_the_words_say_whose_counts_they_are_the_age_and_the_window() -> None:
         "upstream job b1: no counts from the upstream yet — job 3h12m old of 24h"
     )
     assert job_words(job(None, job_id=None), now).startswith(
-        "the upstream job of 2026-10-s1 (its id was never saved): "
+        "the upstream job of 2026-10-s1 (no id saved yet: being made, or a run stopped "
+        "before saving it): "
     )
 
 
