@@ -114,6 +114,15 @@ class PriceBook:
         return listed.model_copy(update={"discount_percent": discount})
 
 
+# What one Batch API job takes at most, by kind: requests, and bytes of requests (OpenAI: 50 000
+# lines and 200 MB a file; Anthropic: 100 000 requests or 256 MB a Message Batch). Here, not in
+# the clients: the forecast, read by commands that load no HTTP client, counts jobs by them.
+JOB_LIMITS: dict[str, tuple[int, int]] = {
+    "openai_batch": (50_000, 200 * 1024 * 1024),
+    "anthropic_batch": (100_000, 256 * 1024 * 1024),
+}
+
+
 DEFAULT_PRICES: dict[str, Price] = {
     # The simulator's model: priced like a small hosted model, so the numbers mean something.
     "sim-analyst-1": Price(input=150_000, output=600_000, cached_input=15_000, cache_write=187_500),

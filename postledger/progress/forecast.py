@@ -19,7 +19,7 @@ from fractions import Fraction
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from postledger.defaults import MAX_IN_FLIGHT
+from postledger.defaults import JOB_LIMITS, MAX_IN_FLIGHT
 from postledger.guards.estimates import CHARS_PER_TOKEN, OUTPUT_TOKENS_PER_POST
 from postledger.guards.spend import cost_of
 from postledger.guards.usage import Usage
@@ -37,11 +37,6 @@ from postledger.record.plain import Reader, read_only
 
 if TYPE_CHECKING:  # the read commands that import this package start without the settings
     from postledger.settings import Settings, UpstreamKind
-
-# Requests a Batch API job takes at most (the providers' limits; the byte limits are rarely
-# the first reached by a month of short posts).
-# (`UpstreamKind` values: a StrEnum is looked up by its value.)
-JOB_REQUESTS: dict[str, int] = {"openai_batch": 50_000, "anthropic_batch": 100_000}
 
 
 @dataclass(frozen=True)
@@ -166,7 +161,14 @@ class Forecast:
         }
 
 
-def wall_seconds(kind: UpstreamKind, work: Work, durations: Sequence[float]) -> float | None:
+def wall_seconds(
+    kind: UpstreamKind,
+    work: Work,
+    durations: Sequence[float],
+    *,
+    prompt_chars: int = 0,
+    most_batches: int | None = None,
+) -> float | None:
     """The month's expected wall time: rounds of `MAX_IN_FLIGHT` batches (or, on a Batch API,
     jobs) at the median duration the ledger has seen; None without history."""
     if not durations:
@@ -174,9 +176,19 @@ def wall_seconds(kind: UpstreamKind, work: Work, durations: Sequence[float]) -> 
     if not work.batches:
         return 0.0
     units = work.batches
-    if kind in JOB_REQUESTS:
-        units = -(-work.batches // JOB_REQUESTS[kind])
+    if kind in JOB_LIMITS:
+        units = jobs_of(kind, work, prompt_chars, most_batches)
     return -(-units // MAX_IN_FLIGHT) * median(durations)
+
+
+def jobs_of(kind: str, work: Work, prompt_chars: int, most_batches: int | None = None) -> int:
+    """The upstream jobs a Batch API month takes: by its requests (at most `most_batches` a
+    job, where the settings cap them), and by their bytes, at least the posts' characters and
+    each request's instructions (a million posts of ~300 characters fill three OpenAI files)."""
+    lines, size = JOB_LIMITS[kind]
+    lines = min(lines, most_batches or lines)
+    least_bytes = work.chars + work.batches * prompt_chars
+    return max(-(-work.batches // lines), -(-least_bytes // size))
 
 
 def month_forecast(
@@ -191,7 +203,7 @@ def month_forecast(
     short = Shortfalls(0, 0, 0, 0.0)
     if reader is not None:
         rates = TokenRates.learned(_usage_seen(reader, settings.model, upstream), prompt_chars)
-        timed = job_seconds if kind in JOB_REQUESTS else batch_seconds
+        timed = job_seconds if kind in JOB_LIMITS else batch_seconds
         durations = timed(reader, upstream)
         spend = spend_totals(reader, month)
         committed = spend["confirmed"] + spend["possible"] + spend["wasted"]
@@ -209,7 +221,13 @@ def month_forecast(
         rates=rates,
         usage=usage,
         costs=costs,
-        wall_seconds=wall_seconds(kind, work, durations),
+        wall_seconds=wall_seconds(
+            kind,
+            work,
+            durations,
+            prompt_chars=prompt_chars,
+            most_batches=settings.max_submission_batches,
+        ),
         timed_from=len(durations),
         committed=committed,
         max_cost=settings.max_cost,

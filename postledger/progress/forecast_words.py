@@ -3,8 +3,9 @@ flow's artifact, and why a forecast past the budget asks before the first batch.
 
 from __future__ import annotations
 
+from postledger.defaults import JOB_LIMITS
 from postledger.guards.spend import money
-from postledger.progress.forecast import JOB_REQUESTS, Forecast
+from postledger.progress.forecast import Forecast
 
 
 def forecast_lines(forecast: Forecast) -> list[str]:
@@ -40,7 +41,7 @@ def forecast_lines(forecast: Forecast) -> list[str]:
     if forecast.wall_seconds is None:
         lines.append("Time: no finished batches of this upstream in the ledger to go by")
     else:
-        units = "jobs" if forecast.costs[0].kind in JOB_REQUESTS else "batches"
+        units = "jobs" if forecast.costs[0].kind in JOB_LIMITS else "batches"
         lines.append(
             f"Time: about {_duration(forecast.wall_seconds)} "
             f"(from {forecast.timed_from} finished {units})"

@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from postledger.defaults import JOB_LIMITS
 from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.anthropic_batch_match import (
     Listed,
@@ -92,8 +93,7 @@ _NOT_RUN = {
 
 class AnthropicBatchClient(AnthropicUpstream):
     kind = UpstreamKind.ANTHROPIC_BATCH
-    # Anthropic's documented limits of one Message Batch: 100 000 requests, 256 MB.
-    job_limits = (100_000, 256 * 1024 * 1024)
+    job_limits = JOB_LIMITS["anthropic_batch"]
     can_list = True  # a submission's Message Batch, by what it carries (`find_job`)
     carries_many = True
     max_poll_interval: float | None = 30.0  # a Message Batch takes minutes to hours

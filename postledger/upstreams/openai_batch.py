@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from postledger.analysis import Analysis
+from postledger.defaults import JOB_LIMITS
 from postledger.settings import Settings, UpstreamKind
 from postledger.upstreams.calls import (
     Created,
@@ -114,7 +115,7 @@ class OpenAIBatchClient(HttpUpstream):
     kind = UpstreamKind.OPENAI_BATCH
     version_path = "/v1"  # as the openai SDK's base_url
     # OpenAI's documented limits of one batch: 50 000 requests, 200 MB of input file.
-    job_limits = (50_000, 200 * 1024 * 1024)
+    job_limits = JOB_LIMITS["openai_batch"]
     can_list = True
     sends_metadata = True
     carries_many = True

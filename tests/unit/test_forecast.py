@@ -20,6 +20,7 @@ from postledger.progress.forecast import (
     KindCost,
     TokenRates,
     Work,
+    jobs_of,
     wall_seconds,
     work_of,
 )
@@ -96,6 +97,23 @@ def test_the_wall_time_is_rounds_of_the_batches_in_flight_at_the_median_duration
     jobs = Work(posts=1, chars=1, batches=120_000, too_long=0)  # 3 OpenAI jobs: 2 rounds
     assert wall_seconds(UpstreamKind.OPENAI_BATCH, jobs, [600.0]) == 1200.0
     assert wall_seconds(UpstreamKind.ANTHROPIC_BATCH, jobs, [600.0]) == 600.0  # 2 jobs
+
+
+def test_a_batch_api_month_takes_jobs_by_its_requests_and_by_their_bytes() -> None:
+    # A million posts of ~300 characters in 40 000 batches, with 1 000 characters of
+    # instructions a request: 340 MB, two OpenAI files of 200 MB (not one, as the
+    # 50 000-request limit alone would say) and two Anthropic Message Batches of 256 MB.
+    month = Work(posts=1_000_000, chars=300_000_000, batches=40_000, too_long=0)
+    assert jobs_of("openai_batch", month, prompt_chars=1_000) == 2
+    assert jobs_of("anthropic_batch", month, prompt_chars=1_000) == 2
+    bigger = Work(posts=1_000_000, chars=440_000_000, batches=40_000, too_long=0)
+    assert jobs_of("openai_batch", bigger, prompt_chars=1_000) == 3
+    # A cap on a submission's batches (POSTLEDGER_MAX_SUBMISSION_BATCHES) makes more.
+    assert jobs_of("openai_batch", month, prompt_chars=1_000, most_batches=1_000) == 40
+    # Three jobs, two in flight: two rounds of the median job.
+    assert wall_seconds(UpstreamKind.OPENAI_BATCH, bigger, [600.0], prompt_chars=1_000) == 1200.0
+    small = Work(posts=100_000, chars=30_000_000, batches=4_000, too_long=0)
+    assert jobs_of("openai_batch", small, prompt_chars=1_000) == 1
 
 
 def forecast(cost: int | None, committed: int, max_cost: int | None) -> Forecast:
