@@ -119,8 +119,9 @@ class AnthropicBatchClient(AnthropicUpstream):
         params = messages_body(
             settings.model, settings.analysis_in_use(), posts, settings.max_output_tokens
         )
-        request = {"custom_id": batch_id, "params": params}
-        return len(json.dumps(request, ensure_ascii=False).encode()) + 1
+        # Named as the create names it: the submission's key is drawn later, and every key's
+        # token is as long (a batch id alone was 17 bytes short a request).
+        return len(_request(line_id(batch_id, ""), params).encode()) + 1  # and its comma
 
     @property
     def _batches(self) -> str:
