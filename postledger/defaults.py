@@ -88,10 +88,20 @@ class Price(BaseModel):
         return self.input if self.cache_write is None else self.cache_write
 
 
+# What one Batch API job takes at most, by kind: requests, and bytes of requests (OpenAI: 50 000
+# lines and 200 MB a file; Anthropic: 100 000 requests or 256 MB a Message Batch). Here, not in
+# the clients: the forecast, read by commands that load no HTTP client, counts jobs by them.
+JOB_LIMITS: dict[str, tuple[int, int]] = {
+    "openai_batch": (50_000, 200 * 1024 * 1024),
+    "anthropic_batch": (100_000, 256 * 1024 * 1024),
+}
+
+
 @dataclass(frozen=True)
 class PriceBook:
     """What each model costs on each kind of upstream: the `table`, with `batch_discount` off
-    a price that sets no discount of its own on the `batch_kinds` (`Settings.price_book`).
+    a price that sets no discount of its own on a Batch API's kinds (those with `JOB_LIMITS`;
+    `Settings.price_book`).
 
     Why a book, not one price: a month's sends may span runs configured differently (another
     model, a chat month moved to the Batch API), and each send is billed at the price of the
@@ -100,7 +110,6 @@ class PriceBook:
 
     table: Mapping[str, Price]
     batch_discount: int
-    batch_kinds: frozenset[str]
     model: str
     kind: str
 
@@ -110,17 +119,8 @@ class PriceBook:
         listed = self.table.get(model or self.model)
         if listed is None or listed.discount_percent is not None:
             return listed
-        discount = self.batch_discount if (kind or self.kind) in self.batch_kinds else 0
+        discount = self.batch_discount if (kind or self.kind) in JOB_LIMITS else 0
         return listed.model_copy(update={"discount_percent": discount})
-
-
-# What one Batch API job takes at most, by kind: requests, and bytes of requests (OpenAI: 50 000
-# lines and 200 MB a file; Anthropic: 100 000 requests or 256 MB a Message Batch). Here, not in
-# the clients: the forecast, read by commands that load no HTTP client, counts jobs by them.
-JOB_LIMITS: dict[str, tuple[int, int]] = {
-    "openai_batch": (50_000, 200 * 1024 * 1024),
-    "anthropic_batch": (100_000, 256 * 1024 * 1024),
-}
 
 
 DEFAULT_PRICES: dict[str, Price] = {

@@ -20,6 +20,7 @@ from postledger.analysis import Analysis, load_analysis
 from postledger.defaults import (
     BUNDLED_SIMULATOR,
     DEFAULT_PRICES,
+    JOB_LIMITS,
     MAX_IN_FLIGHT,
     SQLITE_BUSY_TIMEOUT,
     Price,
@@ -52,7 +53,7 @@ class UpstreamKind(StrEnum):
     @property
     def batch_api(self) -> bool:
         """A provider's Batch API: one job of many requests, billed at a discount."""
-        return self in (UpstreamKind.OPENAI_BATCH, UpstreamKind.ANTHROPIC_BATCH)
+        return self.value in JOB_LIMITS
 
     @property
     def sibling(self) -> UpstreamKind | None:
@@ -290,10 +291,7 @@ class Settings(BaseSettings):
     def price_book(self) -> PriceBook:
         """What each model costs on each kind: what a send is billed at, by the model and
         kind it went to (its spend row keeps them)."""
-        batch_kinds = frozenset(kind.value for kind in UpstreamKind if kind.batch_api)
-        return PriceBook(
-            self.prices, self.batch_discount, batch_kinds, self.model, self.upstream_kind.value
-        )
+        return PriceBook(self.prices, self.batch_discount, self.model, self.upstream_kind.value)
 
     def breaker_name(self) -> str:
         """The key of the upstream's breaker: the same for every run against it (R18)."""

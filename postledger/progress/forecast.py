@@ -184,7 +184,8 @@ def wall_seconds(
 def jobs_of(kind: str, work: Work, prompt_chars: int, most_batches: int | None = None) -> int:
     """The upstream jobs a Batch API month takes: by its requests (at most `most_batches` a
     job, where the settings cap them), and by their bytes, at least the posts' characters and
-    each request's instructions (a million posts of ~300 characters fill three OpenAI files)."""
+    each request's instructions (a million posts of ~300 characters: two or three OpenAI
+    files, not the one their requests alone would take)."""
     lines, size = JOB_LIMITS[kind]
     lines = min(lines, most_batches or lines)
     least_bytes = work.chars + work.batches * prompt_chars

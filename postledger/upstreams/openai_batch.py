@@ -114,7 +114,6 @@ def submission_metadata(submission_id: str, idempotency_key: str) -> dict[str, s
 class OpenAIBatchClient(HttpUpstream):
     kind = UpstreamKind.OPENAI_BATCH
     version_path = "/v1"  # as the openai SDK's base_url
-    # OpenAI's documented limits of one batch: 50 000 requests, 200 MB of input file.
     job_limits = JOB_LIMITS["openai_batch"]
     can_list = True
     sends_metadata = True

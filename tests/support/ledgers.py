@@ -38,8 +38,7 @@ def billed(price: Price, model: str = "m", kind: str = "task_api") -> PriceBook:
     from postledger.defaults import PriceBook
     from postledger.settings import BATCH_DISCOUNT_PERCENT
 
-    batch_kinds = frozenset({"openai_batch", "anthropic_batch"})
-    return PriceBook({model: price}, BATCH_DISCOUNT_PERCENT, batch_kinds, model, kind)
+    return PriceBook({model: price}, BATCH_DISCOUNT_PERCENT, model, kind)
 
 
 def recount_posts(session: Any) -> None:
