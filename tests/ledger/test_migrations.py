@@ -10,12 +10,12 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, text
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel
 
 from postledger.batches.posts import Post
 from postledger.ledger import Ledger
 from postledger.record.migrate import SchemaMismatch, alembic_config, head_revision
-from postledger.record.models import PostStatus
+from postledger.record.models import BatchRecord, PostStatus
 from tests.support.ledgers import asked, ledger_at_baseline
 
 
@@ -208,3 +208,54 @@ def test_a_ledger_gets_its_post_counts_from_its_posts(any_ledger_url: str) -> No
     settle_next_batch(ledger, "2026-10")
     assert ledger.counts("2026-10")[PostStatus.COMPLETED] == 30
     ledger.close()
+
+
+def test_on_postgresql_long_values_are_compressed_with_lz4(pg_ledger_url: str) -> None:
+    """0019: a kept request (~9 kB for 25 posts) is stored LZ4-compressed where the server
+    has LZ4; back to pglz when the revision is undone. Values are read back alike."""
+    from alembic import command
+
+    from postledger.record.db import make_engine
+
+    engine = make_engine(pg_ledger_url)
+    with engine.connect() as connection:
+        has_lz4 = connection.execute(
+            text(
+                "SELECT 'lz4' = ANY(enumvals) FROM pg_settings "
+                "WHERE name = 'default_toast_compression'"
+            )
+        ).scalar()
+    if not has_lz4:
+        pytest.skip("this PostgreSQL has no LZ4: the revision changes nothing")
+    Ledger(pg_ledger_url).close()
+    long = [[f"p{i}", f"post {i} " + "words of a post, " * 40] for i in range(25)]
+
+    def stored_with(batch_id: str) -> str:
+        with Session(engine) as session:
+            session.add(
+                BatchRecord(
+                    batch_id=batch_id,
+                    month="2026-10",
+                    seq=int(batch_id[1:]),
+                    post_ids=[],
+                    request=long,
+                    idempotency_key=batch_id,
+                )
+            )
+            session.commit()
+        with engine.connect() as connection:
+            method, request = connection.execute(
+                text(
+                    "SELECT pg_column_compression(request), request FROM batches "
+                    "WHERE batch_id = :b"
+                ),
+                {"b": batch_id},
+            ).one()
+        assert request == long
+        return str(method)
+
+    assert stored_with("b1") == "lz4"
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0018")
+    assert stored_with("b2") == "pglz"
+    engine.dispose()
