@@ -46,6 +46,6 @@ def isolated_workdir(prefix: str, **settings: str) -> Path:
 
 def compile_sources() -> None:
     """The installed packages and the project's, compiled to bytecode where they are not yet."""
-    for folder in (sysconfig.get_paths()["purelib"], *(REPO / p for p in PACKAGES)):
+    for folder in [Path(sysconfig.get_paths()["purelib"]), *(REPO / p for p in PACKAGES)]:
         # quiet=2: a module written for a newer Python (whenever ships one) is not an error
         compileall.compile_dir(folder, quiet=2, workers=0)

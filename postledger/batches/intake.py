@@ -19,12 +19,13 @@ from typing import Any
 
 from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from postledger.analysis import Analysis, fields_version
 from postledger.analysis.default import DEFAULT_FIELDS_VERSION
 from postledger.batches.posts import InputDigest, Post, changed_parts, legacy_fingerprint
 from postledger.record.db import CHUNK, chunks, insert_many
+from postledger.record.in_list import any_of
 from postledger.record.models import EntityKind, PostRecord, PostStatus, utcnow
 from postledger.record.states import Transitions
 
@@ -94,15 +95,13 @@ class _SyncStep:
     def _known(self, posts: list[Post]) -> dict[str, tuple[int, str, bool, str]]:
         """The ledger's rows of these posts, as five plain columns (no ORM objects)."""
         c = PostRecord.__table__.c  # type: ignore[attr-defined]
-        rows = (
-            self._session.connection()
-            .execute(
-                sa_select(c.post_id, c.position, c.fingerprint, c.inputs.is_(None), c.fields).where(
-                    c.month == self._month, c.post_id.in_([post.id for post in posts])
-                )
+        connection = self._session.connection()
+        listed = any_of(connection, c.post_id, [post.id for post in posts])
+        rows = connection.execute(
+            sa_select(c.post_id, c.position, c.fingerprint, c.inputs.is_(None), c.fields).where(
+                c.month == self._month, listed
             )
-            .all()  # at once: iterated, SQLAlchemy fetches a row per call
-        )
+        ).all()  # at once: iterated, SQLAlchemy fetches a row per call
         return {
             post_id: (position, known_print, no_inputs, fields or "")
             for post_id, position, known_print, no_inputs, fields in rows
@@ -191,7 +190,9 @@ def _start_over(
     ids = list(changed)
     for some in chunks(ids):
         records = session.exec(
-            select(PostRecord).where(PostRecord.month == month, col(PostRecord.post_id).in_(some))
+            select(PostRecord).where(
+                PostRecord.month == month, any_of(session.connection(), PostRecord.post_id, some)
+            )
         )
         for record in records:
             position, post, parts, print_ = changed[record.post_id]

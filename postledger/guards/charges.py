@@ -18,6 +18,7 @@ from postledger.guards.spend import cost_of, money
 from postledger.guards.usage import usage_of
 from postledger.record.db import insert_many
 from postledger.record.figures import SpendGroup, summed
+from postledger.record.in_list import any_of
 from postledger.record.models import (
     Answer,
     ApprovalRecord,
@@ -243,7 +244,7 @@ def settle_all(
     rows = session.exec(
         select(SpendRecord)
         .where(
-            col(SpendRecord.batch_id).in_([batch_id for batch_id, _ in usages]),
+            any_of(session.connection(), SpendRecord.batch_id, [b for b, _ in usages]),
             SpendRecord.state == SpendState.POSSIBLE,
         )
         .order_by(col(SpendRecord.send).desc(), col(SpendRecord.id))

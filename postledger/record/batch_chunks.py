@@ -19,9 +19,10 @@ from sqlalchemy import String, literal, select, type_coerce
 from sqlmodel import Session
 
 from postledger.record.db import chunks
+from postledger.record.in_list import any_of
 from postledger.record.models import BatchRecord, BatchStatus, PostRecord, PostStatus
 from postledger.record.reads import LedgerError
-from postledger.record.states import Transitions, any_of
+from postledger.record.states import Transitions
 
 
 class Member(NamedTuple):

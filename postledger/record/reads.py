@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 from postledger.errors import PostledgerError
 from postledger.record import figures
 from postledger.record.db import chunks
+from postledger.record.in_list import any_of
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -63,7 +64,7 @@ def posts_in(session: Session, batch: BatchRecord, *statuses: PostStatus) -> lis
     which reads every post of the month in that status.)"""
     query = select(PostRecord).where(
         PostRecord.month == batch.month,
-        col(PostRecord.post_id).in_(batch.post_ids),
+        any_of(session.connection(), PostRecord.post_id, batch.post_ids),
         PostRecord.batch_id == batch.batch_id,
     )
     posts = sorted(session.exec(query), key=lambda post: post.position)
@@ -78,7 +79,7 @@ def load_batches(
     found: dict[str, BatchRecord] = {}
     options = [defer(getattr(BatchRecord, column)) for column in unread]
     for some in chunks(batch_ids):
-        query = select(BatchRecord).where(col(BatchRecord.batch_id).in_(some))
+        query = select(BatchRecord).where(any_of(session.connection(), BatchRecord.batch_id, some))
         query = query.options(*options)
         found.update((batch.batch_id, batch) for batch in session.exec(query))
     missing = [batch_id for batch_id in batch_ids if batch_id not in found]
@@ -171,7 +172,7 @@ class LedgerReads:
             return set()
         with self._read() as session:
             query = select(BatchRecord.batch_id).where(
-                col(BatchRecord.batch_id).in_(batch_ids),
+                any_of(session.connection(), BatchRecord.batch_id, batch_ids),
                 BatchRecord.status == BatchStatus.QUEUED,
             )
             return set(session.exec(query))
@@ -238,7 +239,7 @@ class LedgerReads:
             with self._read() as session:
                 query = select(
                     BatchRecord.batch_id, BatchRecord.month, BatchRecord.request_retries
-                ).where(col(BatchRecord.batch_id).in_(some))
+                ).where(any_of(session.connection(), BatchRecord.batch_id, some))
                 found.update((row[0], JobBatch(*row)) for row in session.exec(query))
         missing = [batch_id for batch_id in batch_ids if batch_id not in found]
         if missing:
@@ -252,7 +253,7 @@ class LedgerReads:
             some = batch_ids[start : start + _REQUESTS_READ]
             with self._read() as session:
                 query = select(BatchRecord.batch_id, BatchRecord.request).where(
-                    col(BatchRecord.batch_id).in_(some)
+                    any_of(session.connection(), BatchRecord.batch_id, some)
                 )
                 found = dict(session.exec(query).all())
             for batch_id in some:

@@ -12,13 +12,11 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     Integer,
     String,
     Text,
     Update,
-    any_,
     bindparam,
     cast,
     event,
@@ -44,6 +42,7 @@ from postledger.record.db import (
     staged_from,
     staged_moves,
 )
+from postledger.record.in_list import any_of
 from postledger.record.models import (
     BatchRecord,
     BatchStatus,
@@ -137,17 +136,6 @@ def _all_moved(moved: int, count: int, current: PostStatus, target: PostStatus) 
             f"{count - moved} of {count} posts to move {current} -> {target} were not "
             f"{current} any more: nothing was changed"
         )
-
-
-def any_of(connection: Connection, column: Any, values: Sequence[str]) -> ColumnElement[bool]:
-    """`column IN values`: on PostgreSQL as `= ANY` of one array parameter (an IN list of
-    thousands of parameters cost more to render and bind than the rows it named)."""
-    result: ColumnElement[bool]
-    if connection.dialect.name == "postgresql":
-        result = column == any_(bindparam(None, list(values), type_=ARRAY(String)))
-    else:
-        result = column.in_(values)
-    return result
 
 
 def post_can_move(current: PostStatus, target: PostStatus) -> bool:

@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from sqlalchemy import event as sql_event
 from sqlmodel import Session, col, select
 
 from postledger.batches.posts import Post
@@ -207,6 +208,29 @@ def test_ids_and_texts_that_arrays_escape_arrive_as_they_were_written(ledger: Le
     assert sent["NULL06"] == f"post {SPECIALS[-6]} 6" and sent["\\01"] == f"post {SPECIALS[-1]} 1"
     done = [p for p in ledger.posts(BULK) if p.status is PostStatus.COMPLETED]
     assert len(done) == 34 and all(p.result and p.result["category"] == "question" for p in done)
+
+
+def test_the_bulk_paths_statements_do_not_grow_with_the_chunk(ledger: Ledger) -> None:
+    """A chunk of 80 posts is marked, saved and finished by the statements a chunk of 40
+    was: none lists the chunk's ids one parameter each. (SQLite's driver keeps each distinct
+    statement compiled with its values: one per chunk size held tens of MB.)"""
+    seen: dict[int, set[str]] = {}
+    for size, month in ((40, ONE), (80, BULK)):
+        ids = plan(ledger, month, posts=size)
+        statements: set[str] = set()
+
+        def keep(*args: Any, into: set[str] = statements) -> None:
+            into.add(args[2])
+
+        sql_event.listen(ledger.engine, "before_cursor_execute", keep)
+        batches, _ = ledger.mark_running_many(ids, **MARKING)
+        submit(ledger, month, ids)
+        ledger.save_outputs([(b.batch_id, output(b, "valid"), USAGE) for b in batches])
+        ledger.finish_outputs(ids, ANALYSIS, LIMITS, UPSTREAM)
+        sql_event.remove(ledger.engine, "before_cursor_execute", keep)
+        seen[size] = {s.replace(month, "M") for s in statements}
+    assert seen[80] <= seen[40]  # (the first chunk also made the upstream's breaker)
+    assert {PostStatus.COMPLETED} == {p.status for p in ledger.posts(BULK)}
 
 
 def test_marking_in_bulk_stops_at_the_first_batch_the_budget_holds(ledger: Ledger) -> None:
