@@ -18,10 +18,10 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("postledger", "flows", "tasks", "blocks", "cli", "simulator", "processes")
 
 
 def isolated_workdir(prefix: str, **settings: str) -> Path:
@@ -46,6 +46,8 @@ def isolated_workdir(prefix: str, **settings: str) -> Path:
 
 def compile_sources() -> None:
     """The installed packages and the project's, compiled to bytecode where they are not yet."""
-    for folder in [Path(sysconfig.get_paths()["purelib"]), *(REPO / p for p in PACKAGES)]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    for folder in [Path(sysconfig.get_paths()["purelib"]), *(REPO / p for p in packages)]:
         # quiet=2: a module written for a newer Python (whenever ships one) is not an error
         compileall.compile_dir(folder, quiet=2, workers=0)
